@@ -1,0 +1,270 @@
+//! The CPU pipeline's kernel/userspace contract: sketch slots, per-CPU state, burst bins.
+//!
+//! On every context switch the kernel charges the outgoing task's on-CPU time since the last
+//! switch on that CPU (or since the last interval flip, whichever is later) to its process, in
+//! the sketch of the interval being written. Userspace charges the slice that runs across each
+//! flip itself, from [`CpuState`] (see `ebee-top/src/probes/cpu.rs`), so every nanosecond lands
+//! in exactly one interval.
+
+use crate::hashpipe;
+
+/// Stages of the CPU HashPipe sketch.
+pub const CPU_STAGES: usize = 4;
+/// Slots per stage (a power of two).
+pub const CPU_SLOTS: usize = 128;
+/// Burst bins per interval (four 16-bit lanes in each of two `u64`).
+pub const BURST_BINS: usize = 8;
+/// The narrowest burst bin: 10 ms.
+pub const BIN_NS: u64 = 10_000_000;
+/// Capacity of each exact shadow map (one per interval parity).
+pub const SHADOW_ENTRIES: u32 = 16_384;
+/// Bytes of the update trace ring buffer (tests and benchmarks only).
+pub const TRACE_BYTES: u32 = 1 << 22;
+
+/// One slot of the CPU sketch: a process and its on-CPU time in this interval on this CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuSlot {
+    /// Process id (tgid); 0 marks an empty slot.
+    pub tgid: u32,
+    /// Reserved, always 0 (keeps `ns` 8-byte aligned without implicit padding).
+    pub flags: u32,
+    /// On-CPU nanoseconds.
+    pub ns: u64,
+    /// Burst bins: eight 16-bit lanes (bin `i` is lane `i % 4` of word `i / 4`), each the
+    /// on-CPU time in that bin in units of `1 << unit_shift` ns (see [`BinCfg`]).
+    pub bins: [u64; 2],
+}
+
+impl hashpipe::Slot for CpuSlot {
+    #[inline(always)]
+    fn key(&self) -> u32 {
+        self.tgid
+    }
+    #[inline(always)]
+    fn weight(&self) -> u64 {
+        self.ns
+    }
+    #[inline(always)]
+    fn merge(&mut self, other: &Self) {
+        self.ns += other.ns;
+        // Lane-wise add without carries between lanes: a lane holds at most one bin width of
+        // one CPU's time, which `BinCfg` keeps below 2^15 units, so two lanes never overflow.
+        self.bins[0] += other.bins[0];
+        self.bins[1] += other.bins[1];
+    }
+}
+
+/// One interval's sketch on one CPU (a `PerCpuArray` value; index = interval parity).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CpuSketch {
+    pub stages: [[CpuSlot; CPU_SLOTS]; CPU_STAGES],
+    /// Nanoseconds carried out of the last stage and lost.
+    pub evicted_ns: u64,
+    /// Entries carried out of the last stage.
+    pub evictions: u64,
+    /// Sketch updates (context switches charged) in this interval.
+    pub updates: u64,
+    /// Updates the exact shadow could not record (shadow map full).
+    pub shadow_full: u64,
+}
+
+impl Default for CpuSketch {
+    fn default() -> Self {
+        Self {
+            stages: [[CpuSlot::default(); CPU_SLOTS]; CPU_STAGES],
+            evicted_ns: 0,
+            evictions: 0,
+            updates: 0,
+            shadow_full: 0,
+        }
+    }
+}
+
+impl CpuSketch {
+    /// Insert one charge; count what falls out of the last stage.
+    #[inline(always)]
+    pub fn add(&mut self, slot: CpuSlot) {
+        self.updates += 1;
+        if let Some(out) = hashpipe::update(&mut self.stages, slot) {
+            self.evicted_ns += out.ns;
+            self.evictions += 1;
+        }
+    }
+}
+
+/// Per-CPU bookkeeping of the `sched_switch` program (a one-entry `PerCpuArray`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuState {
+    /// Odd while the program runs on this CPU; userspace waits for it to move before reading
+    /// the interval it just closed.
+    pub seq: u64,
+    /// The epoch word the program saw at the last switch on this CPU.
+    pub epoch_seen: u64,
+    /// Time of the last switch: the running task's slice started here.
+    pub last_ts: u64,
+    /// Epoch word in force at the first switch after a flip; `cross_*` describe the slice
+    /// that ran across that flip, so userspace can charge its part before the flip.
+    pub cross_epoch: u64,
+    /// Start of the slice that ran across the flip `cross_epoch`.
+    pub cross_start: u64,
+    /// Process of that slice (0: idle).
+    pub cross_tgid: u32,
+    /// Process running since `last_ts` (0: idle).
+    pub cur_tgid: u32,
+    /// Context switches seen on this CPU since load.
+    pub switches: u64,
+}
+
+/// One update as the kernel applied it (trace ring buffer, tests and benchmarks only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTrace {
+    /// Epoch word the update was applied under (its parity picks the sketch).
+    pub epoch: u64,
+    /// CPU whose sketch took the update.
+    pub cpu: u32,
+    /// Reserved, 0.
+    pub flags: u32,
+    /// The entry inserted.
+    pub slot: CpuSlot,
+}
+
+/// Burst-bin geometry for one interval length, computed by userspace and written to `CTL`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BinCfg {
+    /// Width of one bin in ns: 10 ms, or wider when 8 bins of 10 ms cannot cover the interval.
+    pub width_ns: u64,
+    /// `ceil(2^32 / (width_ns >> 10))`: bin = `((offset >> 10) * recip) >> 32`.
+    pub recip: u64,
+    /// Lane unit: `1 << unit_shift` ns, chosen so one bin's width fits in 15 bits.
+    pub unit_shift: u64,
+}
+
+impl BinCfg {
+    /// Bins for an interval of `interval_ns`.
+    pub const fn for_interval(interval_ns: u64) -> Self {
+        let bins = BURST_BINS as u64;
+        let mut width_ns = BIN_NS;
+        if interval_ns > width_ns * bins {
+            // Round up to a whole number of 10 ms bins.
+            width_ns = interval_ns.div_ceil(bins).div_ceil(BIN_NS) * BIN_NS;
+        }
+        let units = width_ns >> 10;
+        let recip = (1u64 << 32).div_ceil(units);
+        let mut unit_shift = 10;
+        while (width_ns >> unit_shift) >= (1 << 15) {
+            unit_shift += 1;
+        }
+        Self {
+            width_ns,
+            recip,
+            unit_shift,
+        }
+    }
+
+    /// Bin of a point `offset_ns` after the interval start, clamped to the last bin.
+    #[inline(always)]
+    pub const fn bin_of(&self, offset_ns: u64) -> usize {
+        // Clamp both factors so the product fits in 64 bits (no 128-bit maths in BPF): offsets
+        // past 2^31 units (36 minutes) land in the last bin anyway.
+        let units = if (offset_ns >> 10) > (1 << 31) {
+            1 << 31
+        } else {
+            offset_ns >> 10
+        };
+        let recip = if self.recip > (1 << 32) {
+            1 << 32
+        } else {
+            self.recip
+        };
+        let b = units.wrapping_mul(recip) >> 32;
+        if b >= BURST_BINS as u64 {
+            BURST_BINS - 1
+        } else {
+            b as usize
+        }
+    }
+
+    /// Bins of the slice `[start, end)` (ns after the interval start).
+    #[inline(always)]
+    pub fn bins_of(&self, start: u64, end: u64) -> [u64; 2] {
+        let mut bins = [0u64; 2];
+        let mut s = start;
+        let mut i = 0;
+        // At most one iteration per bin; the bound is a constant for the verifier.
+        while i < BURST_BINS && s < end {
+            let b = self.bin_of(s);
+            let edge = if b == BURST_BINS - 1 {
+                end
+            } else {
+                let e = (b as u64 + 1) * self.width_ns;
+                if e < end && e > s { e } else { end }
+            };
+            let units = ((edge - s) >> self.unit_shift) & 0x7fff;
+            bins[(b / 4) & 1] += units << (16 * (b % 4));
+            s = edge;
+            i += 1;
+        }
+        bins
+    }
+}
+
+/// Lane `i` of packed burst bins.
+#[inline(always)]
+pub const fn bin_lane(bins: &[u64; 2], i: usize) -> u64 {
+    (bins[(i / 4) & 1] >> (16 * (i % 4))) & 0xffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_has_no_padding() {
+        assert_eq!(core::mem::size_of::<CpuSlot>(), 32);
+        assert_eq!(core::mem::size_of::<CpuState>(), 56);
+        assert_eq!(core::mem::size_of::<CpuTrace>(), 48);
+        assert_eq!(
+            core::mem::size_of::<CpuSketch>(),
+            32 * CPU_SLOTS * CPU_STAGES + 32
+        );
+        // A per-CPU map value may not exceed 32 KiB.
+        assert!(core::mem::size_of::<CpuSketch>() <= 32 * 1024);
+    }
+
+    #[test]
+    fn bins_default_interval_is_ten_ms() {
+        let c = BinCfg::for_interval(50_000_000);
+        assert_eq!(c.width_ns, BIN_NS);
+        assert_eq!(c.bin_of(0), 0);
+        assert_eq!(c.bin_of(9_990_000), 0);
+        assert_eq!(c.bin_of(10_020_000), 1);
+        assert_eq!(c.bin_of(49_000_000), 4);
+        assert_eq!(c.bin_of(10_000_000_000), BURST_BINS - 1);
+    }
+
+    #[test]
+    fn long_intervals_widen_bins_and_lanes_fit() {
+        let c = BinCfg::for_interval(2_000_000_000);
+        assert_eq!(c.width_ns, 250_000_000);
+        assert!((c.width_ns >> c.unit_shift) < (1 << 15));
+        assert_eq!(c.bin_of(1_999_000_000), 7);
+        assert_eq!(c.bin_of(260_000_000), 1);
+    }
+
+    #[test]
+    fn a_slice_is_split_across_bins() {
+        let c = BinCfg::for_interval(50_000_000);
+        // 5 ms .. 25 ms: 5 ms in bin 0, 10 ms in bin 1, 5 ms in bin 2 (within rounding).
+        let b = c.bins_of(5_000_000, 25_000_000);
+        let unit = 1u64 << c.unit_shift;
+        let ms = |lane: u64| lane * unit / 100_000;
+        assert!((ms(bin_lane(&b, 0)) as i64 - 50).abs() <= 1);
+        assert!((ms(bin_lane(&b, 1)) as i64 - 100).abs() <= 1);
+        assert!((ms(bin_lane(&b, 2)) as i64 - 50).abs() <= 1);
+        assert_eq!(bin_lane(&b, 3), 0);
+    }
+}

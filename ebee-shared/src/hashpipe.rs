@@ -1,0 +1,143 @@
+//! The HashPipe heavy-hitter sketch (Sivaraman et al., SOSR 2017), generic over the slot type.
+//!
+//! `D` stages of `W` slots, each stage with its own multiplicative hash. Stage 0 always takes the
+//! incoming entry: same key merges, an empty slot is filled, another key is evicted and carried
+//! on. In later stages the carried entry merges with an equal key, fills an empty slot, or is
+//! compared with the resident: the heavier stays and the lighter is carried on. What leaves the
+//! last stage is returned to the caller, who counts it as dropped. A key may live in several
+//! stages at once; a query sums them. Counts never overestimate.
+//!
+//! This exact function runs in the kernel (for every context switch) and in userspace (tests,
+//! trace replays, precision sweeps), so it must stay verifier-friendly: constant loop bounds,
+//! indices provably below `W`, no recursion, no allocation.
+
+/// One slot of a sketch stage. A key of 0 marks an empty slot (pid 0 is the idle task, which is
+/// never charged).
+pub trait Slot: Copy {
+    /// The process id this slot counts, 0 when empty.
+    fn key(&self) -> u32;
+    /// The weight HashPipe compares to decide which entry stays in a later stage.
+    fn weight(&self) -> u64;
+    /// Fold `other` (same key) into `self`.
+    fn merge(&mut self, other: &Self);
+}
+
+/// Odd multipliers for the per-stage multiplicative hashes (Knuth's golden ratio and
+/// other well-mixed odd constants). Stage `i` uses `SEEDS[i % SEEDS.len()]`.
+pub const SEEDS: [u32; 8] = [
+    0x9E37_79B1,
+    0x85EB_CA77,
+    0xC2B2_AE3D,
+    0x27D4_EB2F,
+    0x1656_67B1,
+    0xD3A2_646D,
+    0xFD70_46C5,
+    0xB55A_4F09,
+];
+
+/// Slot index of `key` in stage `stage` of a stage with `w` slots (`w` a power of two).
+#[inline(always)]
+pub const fn index(key: u32, stage: usize, w: usize) -> usize {
+    let bits = w.trailing_zeros();
+    let h = key.wrapping_mul(SEEDS[stage % SEEDS.len()]);
+    // The top `bits` bits of the product are the best mixed (a u64 shift, so `bits == 0` is
+    // fine); `& (w - 1)` keeps the verifier and the bounds checker sure the index is below `w`.
+    (((h as u64) >> (32 - bits)) as usize) & (w - 1)
+}
+
+/// Insert `incoming` into the sketch. Returns the entry carried out of the last stage, if any.
+#[inline(always)]
+pub fn update<S: Slot, const D: usize, const W: usize>(
+    stages: &mut [[S; W]; D],
+    incoming: S,
+) -> Option<S> {
+    let mut carry = incoming;
+    // Stage 0: always insert.
+    {
+        let slot = &mut stages[0][index(carry.key(), 0, W)];
+        if slot.key() == carry.key() {
+            slot.merge(&carry);
+            return None;
+        }
+        if slot.key() == 0 {
+            *slot = carry;
+            return None;
+        }
+        core::mem::swap(slot, &mut carry);
+    }
+    // Later stages: merge, fill, or keep the heavier.
+    let mut stage = 1;
+    while stage < D {
+        let slot = &mut stages[stage][index(carry.key(), stage, W)];
+        if slot.key() == carry.key() {
+            slot.merge(&carry);
+            return None;
+        }
+        if slot.key() == 0 {
+            *slot = carry;
+            return None;
+        }
+        if slot.weight() < carry.weight() {
+            core::mem::swap(slot, &mut carry);
+        }
+        stage += 1;
+    }
+    Some(carry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    struct T {
+        k: u32,
+        w: u64,
+    }
+    impl Slot for T {
+        fn key(&self) -> u32 {
+            self.k
+        }
+        fn weight(&self) -> u64 {
+            self.w
+        }
+        fn merge(&mut self, o: &Self) {
+            self.w += o.w;
+        }
+    }
+
+    #[test]
+    fn index_is_in_range_and_spreads() {
+        for w in [1usize, 2, 8, 128, 1024] {
+            let mut seen = [false; 1024];
+            for k in 1..5000u32 {
+                for s in 0..4 {
+                    let i = index(k, s, w);
+                    assert!(i < w);
+                    seen[i] = true;
+                }
+            }
+            assert_eq!(seen.iter().filter(|b| **b).count(), w);
+        }
+    }
+
+    #[test]
+    fn first_stage_merges_same_key() {
+        let mut s = [[T::default(); 8]; 2];
+        assert_eq!(update(&mut s, T { k: 7, w: 3 }), None);
+        assert_eq!(update(&mut s, T { k: 7, w: 4 }), None);
+        let total: u64 = s.iter().flatten().filter(|t| t.k == 7).map(|t| t.w).sum();
+        assert_eq!(total, 7);
+    }
+
+    #[test]
+    fn one_slot_pipeline_keeps_heavier_and_drops_lighter() {
+        // W = 1: every key collides. Stage 0 always takes the newcomer, stage 1 keeps the heavier.
+        let mut s = [[T::default(); 1]; 2];
+        assert_eq!(update(&mut s, T { k: 1, w: 100 }), None);
+        assert_eq!(update(&mut s, T { k: 2, w: 5 }), None); // 1 carried into empty stage 1
+        assert_eq!(update(&mut s, T { k: 3, w: 7 }), Some(T { k: 2, w: 5 }));
+        assert_eq!(s[0][0], T { k: 3, w: 7 });
+        assert_eq!(s[1][0], T { k: 1, w: 100 });
+    }
+}

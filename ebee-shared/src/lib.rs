@@ -1,0 +1,96 @@
+//! Types, sizes and algorithms shared by the eBPF programs and the userspace binary.
+//!
+//! Everything here is `no_std`, fixed width and `#[repr(C)]` without implicit padding, so the
+//! kernel and userspace agree on every byte. The HashPipe update lives here once: the kernel
+//! calls it on every context switch and userspace calls the very same code to replay traces.
+#![no_std]
+
+pub mod cpu;
+pub mod hashpipe;
+pub mod lifecycle;
+
+// SAFETY: plain `#[repr(C)]` integers and arrays without padding (sizes checked in tests), so
+// any byte pattern is a valid value and copying bytes in and out of maps is sound.
+#[cfg(feature = "user")]
+mod pod {
+    unsafe impl aya::Pod for crate::cpu::CpuSlot {}
+    unsafe impl aya::Pod for crate::cpu::CpuSketch {}
+    unsafe impl aya::Pod for crate::cpu::CpuState {}
+    unsafe impl aya::Pod for crate::cpu::CpuTrace {}
+    unsafe impl aya::Pod for crate::ctl::Ctl {}
+    unsafe impl aya::Pod for crate::lifecycle::LifecycleEvent {}
+}
+
+/// Names of the maps in the eBPF object, so userspace never spells them twice.
+pub mod map_names {
+    pub const CTL: &str = "CTL";
+    pub const CPU_STATE: &str = "CPU_STATE";
+    pub const CPU_SKETCH: &str = "CPU_SKETCH";
+    pub const CPU_SHADOW0: &str = "CPU_SHADOW0";
+    pub const CPU_SHADOW1: &str = "CPU_SHADOW1";
+    pub const CPU_TRACE: &str = "CPU_TRACE";
+    pub const LIFECYCLE: &str = "LIFECYCLE";
+    pub const DROPS: &str = "DROPS";
+}
+
+/// Indices of the per-CPU `DROPS` counters.
+pub mod drops {
+    /// Lifecycle events lost to a full ring buffer.
+    pub const LIFECYCLE_LOST: u32 = 0;
+    /// Trace records lost to a full ring buffer.
+    pub const TRACE_LOST: u32 = 1;
+    /// Number of counters.
+    pub const LEN: u32 = 2;
+}
+
+/// Names of the programs in the eBPF object.
+pub mod prog_names {
+    pub const SCHED_SWITCH: &str = "sched_switch";
+    pub const FLIP: &str = "flip";
+    pub const PROCESS_EXIT: &str = "sched_process_exit";
+    pub const PROCESS_EXEC: &str = "sched_process_exec";
+}
+
+/// Names of the load-time globals (read-only data the verifier sees as constants).
+pub mod global_names {
+    /// `u32`: 1 to keep the exact per-process shadow beside the sketch.
+    pub const SHADOW_ON: &str = "SHADOW_ON";
+    /// `u32`: 1 to write every sketch update to the trace ring buffer (tests, benchmarks).
+    pub const TRACE_ON: &str = "TRACE_ON";
+    /// `u32`: byte offset of `tgid` in `struct task_struct`, read from the kernel's BTF.
+    pub const TASK_TGID_OFF: &str = "TASK_TGID_OFF";
+    /// `u32`: 1 when the kernel's `sched_process_exit` tracepoint passes `group_dead`.
+    pub const EXIT_HAS_GROUP_DEAD: &str = "EXIT_HAS_GROUP_DEAD";
+}
+
+/// The control block userspace shares with the programs (the one value of the `CTL` array).
+pub mod ctl {
+    /// Control words. `epoch` is written only by the `flip` program, with one atomic 8-byte
+    /// exchange, so no reader sees half of it; the bin geometry is written by userspace when the
+    /// interval changes (a reader racing that write mis-bins at most one interval).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Ctl {
+        /// `(flip_time_ns & !1) | parity`: the interval being written started at
+        /// `flip_time_ns` (`CLOCK_MONOTONIC`) and goes to the buffers of `parity`.
+        pub epoch: u64,
+        /// Burst bin width, see [`crate::cpu::BinCfg`].
+        pub bin_width_ns: u64,
+        /// Burst bin reciprocal, see [`crate::cpu::BinCfg`].
+        pub bin_recip: u64,
+        /// Burst lane unit shift, see [`crate::cpu::BinCfg`].
+        pub bin_unit_shift: u64,
+    }
+
+    /// Parity (which of the two interval buffers is being written) of an epoch word.
+    #[inline(always)]
+    pub const fn parity(epoch: u64) -> u32 {
+        (epoch & 1) as u32
+    }
+
+    /// Monotonic time (ns) at which the epoch word was written.
+    #[inline(always)]
+    pub const fn flip_ns(epoch: u64) -> u64 {
+        epoch & !1
+    }
+}

@@ -1,0 +1,73 @@
+//! Every map and load-time global of the eBPF object, in one place.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use ebee_shared::{
+    cpu::{CpuSketch, CpuState, SHADOW_ENTRIES, TRACE_BYTES},
+    ctl::Ctl,
+    lifecycle::LIFECYCLE_BYTES,
+};
+
+/// Control block: the epoch word and the burst-bin geometry.
+#[map]
+pub static CTL: Array<Ctl> = Array::with_max_entries(1, 0);
+
+/// Per-CPU bookkeeping of the `sched_switch` program.
+#[map]
+pub static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU HashPipe sketches, one per interval parity.
+#[map]
+pub static CPU_SKETCH: PerCpuArray<CpuSketch> = PerCpuArray::with_max_entries(2, 0);
+
+/// Exact per-process on-CPU ns, one map per interval parity (ground truth for tests and the
+/// precision benchmark; shrunk to one entry by the loader when not wanted).
+#[map]
+pub static CPU_SHADOW0: PerCpuHashMap<u32, u64> =
+    PerCpuHashMap::with_max_entries(SHADOW_ENTRIES, 0);
+#[map]
+pub static CPU_SHADOW1: PerCpuHashMap<u32, u64> =
+    PerCpuHashMap::with_max_entries(SHADOW_ENTRIES, 0);
+
+/// Every sketch update, in order per CPU (tests and benchmarks; shrunk when not wanted).
+#[map]
+pub static CPU_TRACE: RingBuf = RingBuf::with_byte_size(TRACE_BYTES, 0);
+
+/// Events the kernel could not deliver, per CPU: index [`ebee_shared::drops::LIFECYCLE_LOST`]
+/// and [`ebee_shared::drops::TRACE_LOST`].
+#[map]
+pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ebee_shared::drops::LEN, 0);
+
+/// Count one lost event of kind `idx`.
+#[inline(always)]
+pub fn count_drop(idx: u32) {
+    if let Some(p) = DROPS.get_ptr_mut(idx) {
+        // SAFETY: this CPU's value of a per-CPU array.
+        unsafe { *p += 1 };
+    }
+}
+
+/// Process exec and exit events.
+#[map]
+pub static LIFECYCLE: RingBuf = RingBuf::with_byte_size(LIFECYCLE_BYTES, 0);
+
+// Load-time globals (.rodata): the loader sets them, the verifier sees them as constants and
+// prunes the branches they switch off. Read them with `read_volatile` so the compiler does
+// not fold the defaults in.
+#[unsafe(no_mangle)]
+pub static SHADOW_ON: u32 = 0;
+#[unsafe(no_mangle)]
+pub static TRACE_ON: u32 = 0;
+#[unsafe(no_mangle)]
+pub static TASK_TGID_OFF: u32 = 0;
+#[unsafe(no_mangle)]
+pub static EXIT_HAS_GROUP_DEAD: u32 = 0;
+
+/// Read a load-time global.
+#[inline(always)]
+pub fn global(g: &'static u32) -> u32 {
+    // SAFETY: `g` is a valid, aligned static; volatile only stops constant folding.
+    unsafe { core::ptr::read_volatile(g) }
+}

@@ -1,0 +1,88 @@
+//! `Batch`: one closed interval of raw data, whatever its source (the kernel now, a recording
+//! later). The Model folds Batches; a recording is a stream of them.
+
+use serde::{Deserialize, Serialize};
+
+/// One process's on-CPU time in the interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuRow {
+    pub pid: u32,
+    /// On-CPU nanoseconds in the interval (all threads, all CPUs).
+    pub ns: u64,
+    /// On-CPU ns per burst bin of `Batch::bin_width_ns`, from the interval start; only the
+    /// bins the interval covers.
+    pub bins: Vec<u64>,
+}
+
+/// What we know of a process, from /proc or from its exit event.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcInfo {
+    pub pid: u32,
+    /// Start time in clock ticks after boot (/proc/PID/stat field 22); 0 when unknown.
+    pub start_ticks: u64,
+    /// Short name (`comm`).
+    pub comm: String,
+    /// Command line, arguments joined by spaces; empty for kernel threads and unknown.
+    pub cmdline: String,
+    /// Real user id, when known.
+    pub uid: Option<u32>,
+    /// True for kernel threads.
+    pub kthread: bool,
+}
+
+/// A process that ended during the interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exit {
+    pub pid: u32,
+    /// `CLOCK_MONOTONIC` ns of the exit.
+    pub ts_ns: u64,
+}
+
+/// Counters of what was lost; zero is the normal case. Cumulative counters are per interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// On-CPU ns that fell out of the last sketch stage (not attributed to any process).
+    pub sketch_evicted_ns: u64,
+    /// Sketch entries that fell out of the last stage.
+    pub sketch_evictions: u64,
+    /// Lifecycle (exec/exit) events lost to a full ring buffer.
+    pub lifecycle_lost: u64,
+    /// CPUs whose slice across the interval boundary could not be read in time.
+    pub handshake_timeouts: u64,
+    /// Updates the exact shadow map could not store (only with `--exact`).
+    pub shadow_full: u64,
+}
+
+/// One closed interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// Interval number since the source started, from 1.
+    pub seq: u64,
+    /// Wall-clock time at the end of the interval, ms since the Unix epoch.
+    pub t_ms: u64,
+    /// `CLOCK_MONOTONIC` ns at the start and end of the interval.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Width of one burst bin.
+    pub bin_width_ns: u64,
+    /// CPUs the kernel may run on.
+    pub ncpus: u32,
+    /// Context switches charged in the interval.
+    pub switches: u64,
+    /// Every process the kernel charged, heaviest first.
+    pub cpu: Vec<CpuRow>,
+    /// The exact per-process shadow, heaviest first (only with `--exact`).
+    pub cpu_exact: Option<Vec<CpuRow>>,
+    /// Metadata of the processes in `cpu` (and `cpu_exact`).
+    pub procs: Vec<ProcInfo>,
+    /// Processes that ended in the interval.
+    pub exits: Vec<Exit>,
+    pub dropped: Dropped,
+}
+
+impl Batch {
+    /// Length of the interval in ns.
+    pub fn interval_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}

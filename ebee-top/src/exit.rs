@@ -1,0 +1,28 @@
+//! Exit codes, documented in the README. Every failure prints one line to stderr and exits
+//! with one of these; none prints a backtrace.
+
+/// Success.
+pub const OK: i32 = 0;
+/// A runtime failure not covered below (the message says what).
+pub const FAILURE: i32 = 1;
+/// Bad command-line usage (clap's own code).
+pub const USAGE: i32 = 2;
+/// Missing privileges to load eBPF (CAP_BPF + CAP_PERFMON, or root).
+pub const NO_PRIVILEGE: i32 = 3;
+/// The kernel lacks something ebee-top needs (BTF, a tracepoint).
+pub const UNSUPPORTED: i32 = 4;
+
+/// The exit code for an error, from the first typed cause in its chain.
+pub fn code_for(err: &anyhow::Error) -> i32 {
+    use crate::probes::ProbeError;
+    for cause in err.chain() {
+        if let Some(p) = cause.downcast_ref::<ProbeError>() {
+            return match p {
+                ProbeError::Permission => NO_PRIVILEGE,
+                ProbeError::Unsupported(_) | ProbeError::NoObject => UNSUPPORTED,
+                ProbeError::Other(_) => FAILURE,
+            };
+        }
+    }
+    FAILURE
+}

@@ -1,0 +1,16 @@
+//! ebee-top: an interactive terminal monitor for Linux whose numbers come from eBPF programs in
+//! the kernel. See the README for usage and ../DESIGN.md for how the pieces fit.
+
+pub mod app;
+pub mod batch;
+pub mod cli;
+pub mod exit;
+pub mod model;
+pub mod output;
+pub mod preflight;
+pub mod probes;
+pub mod procinfo;
+pub mod run;
+pub mod source;
+pub mod tui;
+pub mod view;

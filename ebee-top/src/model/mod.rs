@@ -1,0 +1,176 @@
+//! The Model: a pure fold of Batches into what the screens and batch output show. No aya, no
+//! ratatui, no I/O, no clocks: everything it knows came in a Batch.
+
+use std::collections::HashMap;
+
+use crate::batch::{Batch, CpuRow, ProcInfo};
+
+/// How long (in intervals) an exited process stays in the ranking and the name table.
+pub const EXITED_KEEP_INTERVALS: u64 = 100;
+
+/// One line of the CPU ranking.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuEntry {
+    pub pid: u32,
+    pub comm: String,
+    pub cmdline: String,
+    pub uid: Option<u32>,
+    pub kthread: bool,
+    /// On-CPU ns in the last interval.
+    pub cpu_ns: u64,
+    /// Share of one CPU over the last interval (100 = one full core).
+    pub cpu_pct: f64,
+    /// Burst bins of the last interval, ns each.
+    pub bins: Vec<u64>,
+    /// The process ended during or before the last interval.
+    pub exited: bool,
+}
+
+#[derive(Default)]
+pub struct Model {
+    latest: Option<Batch>,
+    procs: HashMap<u32, ProcInfo>,
+    /// pid -> seq of the interval it exited in.
+    exited: HashMap<u32, u64>,
+}
+
+impl Model {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fold one interval in.
+    pub fn ingest(&mut self, b: &Batch) {
+        for e in &b.exits {
+            self.exited.insert(e.pid, b.seq);
+        }
+        self.exited
+            .retain(|_, seq| b.seq.saturating_sub(*seq) < EXITED_KEEP_INTERVALS);
+        // Keep names only for what can still be shown: this interval's processes and the
+        // recently exited. A pid that comes back is a new process and brings its own info.
+        let exited = &self.exited;
+        self.procs.retain(|pid, _| exited.contains_key(pid));
+        for p in &b.procs {
+            self.procs.insert(p.pid, p.clone());
+        }
+        self.latest = Some(b.clone());
+    }
+
+    /// The last interval, if any.
+    pub fn latest(&self) -> Option<&Batch> {
+        self.latest.as_ref()
+    }
+
+    /// Length of the last interval in ns (0 before the first).
+    pub fn interval_ns(&self) -> u64 {
+        self.latest.as_ref().map_or(0, Batch::interval_ns)
+    }
+
+    /// Metadata of a pid, if known.
+    pub fn proc_info(&self, pid: u32) -> Option<&ProcInfo> {
+        self.procs.get(&pid)
+    }
+
+    fn entry(&self, r: &CpuRow, interval_ns: u64) -> CpuEntry {
+        let info = self.procs.get(&r.pid);
+        CpuEntry {
+            pid: r.pid,
+            comm: info.map(|p| p.comm.clone()).unwrap_or_default(),
+            cmdline: info.map(|p| p.cmdline.clone()).unwrap_or_default(),
+            uid: info.and_then(|p| p.uid),
+            kthread: info.is_some_and(|p| p.kthread),
+            cpu_ns: r.ns,
+            cpu_pct: if interval_ns == 0 {
+                0.0
+            } else {
+                r.ns as f64 * 100.0 / interval_ns as f64
+            },
+            bins: r.bins.clone(),
+            exited: self.exited.contains_key(&r.pid),
+        }
+    }
+
+    /// The `k` processes with the most on-CPU time in the last interval, heaviest first.
+    pub fn top_cpu(&self, k: usize) -> Vec<CpuEntry> {
+        let Some(b) = &self.latest else {
+            return Vec::new();
+        };
+        let n = b.interval_ns();
+        b.cpu.iter().take(k).map(|r| self.entry(r, n)).collect()
+    }
+
+    /// The exact shadow's top `k`, when the batch carried it.
+    pub fn top_cpu_exact(&self, k: usize) -> Option<Vec<CpuEntry>> {
+        let b = self.latest.as_ref()?;
+        let n = b.interval_ns();
+        Some(
+            b.cpu_exact
+                .as_ref()?
+                .iter()
+                .take(k)
+                .map(|r| self.entry(r, n))
+                .collect(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::Exit;
+
+    fn batch(seq: u64, rows: &[(u32, u64)]) -> Batch {
+        Batch {
+            seq,
+            start_ns: seq * 50_000_000,
+            end_ns: (seq + 1) * 50_000_000,
+            cpu: rows
+                .iter()
+                .map(|&(pid, ns)| CpuRow {
+                    pid,
+                    ns,
+                    bins: vec![],
+                })
+                .collect(),
+            procs: rows
+                .iter()
+                .map(|&(pid, _)| ProcInfo {
+                    pid,
+                    comm: format!("p{pid}"),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn top_is_heaviest_first_with_percent_of_one_cpu() {
+        let mut m = Model::new();
+        m.ingest(&batch(
+            1,
+            &[(10, 50_000_000), (11, 25_000_000), (12, 5_000_000)],
+        ));
+        let top = m.top_cpu(2);
+        assert_eq!(top.len(), 2);
+        assert_eq!(top[0].pid, 10);
+        assert_eq!(top[0].comm, "p10");
+        assert!((top[0].cpu_pct - 100.0).abs() < 1e-9);
+        assert!((top[1].cpu_pct - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn exited_processes_are_marked() {
+        let mut m = Model::new();
+        let mut b = batch(1, &[(10, 1)]);
+        b.exits.push(Exit { pid: 10, ts_ns: 0 });
+        m.ingest(&b);
+        assert!(m.top_cpu(5)[0].exited);
+    }
+
+    #[test]
+    fn empty_model_has_no_rows() {
+        assert!(Model::new().top_cpu(5).is_empty());
+        assert_eq!(Model::new().interval_ns(), 0);
+    }
+}

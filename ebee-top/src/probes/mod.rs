@@ -1,0 +1,362 @@
+//! Loading, attaching and draining the eBPF programs: everything that touches aya lives here.
+//!
+//! [`Probes::load`] loads the object embedded at build time, resolves kernel struct offsets from
+//! BTF, attaches the programs and returns a handle; [`Probes::drain`] closes the interval being
+//! written and returns it as a [`RawInterval`]. Dropping `Probes` detaches every program and
+//! closes every map: nothing is pinned, so nothing outlives the process.
+
+pub mod btf;
+pub mod cpu;
+mod flip;
+pub mod lifecycle;
+
+use std::time::Duration;
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf},
+    programs::{BtfTracePoint, RawTracePoint},
+};
+use ebee_shared::{
+    cpu::{BinCfg, CpuState},
+    ctl::Ctl,
+    drops, global_names, map_names, prog_names,
+};
+use thiserror::Error;
+
+pub use cpu::{CpuCharge, RawInterval};
+
+/// The eBPF object built by build.rs.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ebee-top"));
+
+/// Why the probes could not be set up. The cases callers must tell apart get their own variant.
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    #[error(
+        "permission denied loading eBPF: ebee-top needs CAP_BPF and CAP_PERFMON (or root); \
+         run it with sudo, or grant them with: sudo setcap cap_bpf,cap_perfmon+ep <binary>"
+    )]
+    Permission,
+    #[error("this kernel does not support what ebee-top needs: {0}")]
+    Unsupported(String),
+    #[error("this binary was built without its eBPF object (AYA_BUILD_SKIP); rebuild without it")]
+    NoObject,
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Load-time options.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProbeConfig {
+    /// Keep the exact per-process shadow beside the sketch (tests, precision benchmark).
+    pub shadow: bool,
+    /// Record every sketch update in a ring buffer (replay tests, precision sweeps).
+    pub trace: bool,
+}
+
+/// The loaded and attached programs with their maps.
+pub struct Probes {
+    // Kept alive: dropping it detaches the programs.
+    _ebpf: Ebpf,
+    flip: flip::Flipper,
+    ctl: Array<MapData, Ctl>,
+    drops: PerCpuArray<MapData, u64>,
+    cpu: cpu::CpuDrain,
+    lifecycle: lifecycle::LifecycleReader,
+    ncpus: usize,
+    bins: BinCfg,
+}
+
+/// True when `e` (or anything it wraps) is an EPERM/EACCES from the kernel.
+fn is_permission(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
+}
+
+fn classify<E: std::error::Error + 'static>(what: &str) -> impl FnOnce(E) -> ProbeError + '_ {
+    move |e| {
+        if is_permission(&e) {
+            ProbeError::Permission
+        } else {
+            let mut msg = format!("{what}: {e}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            ProbeError::Other(msg)
+        }
+    }
+}
+
+impl Probes {
+    /// Load and attach everything. `interval` sets the burst-bin geometry.
+    pub fn load(cfg: ProbeConfig, interval: Duration) -> Result<Self, ProbeError> {
+        if OBJECT.is_empty() {
+            return Err(ProbeError::NoObject);
+        }
+        let kbtf = btf::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        let tgid_off = kbtf
+            .member_offset("task_struct", "tgid")
+            .map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        for tp in [
+            prog_names::SCHED_SWITCH,
+            prog_names::PROCESS_EXIT,
+            prog_names::PROCESS_EXEC,
+        ] {
+            if kbtf.tracepoint_args(tp).is_none() {
+                return Err(ProbeError::Unsupported(format!(
+                    "no BTF tracepoint {tp} (tp_btf programs need it)"
+                )));
+            }
+        }
+        let exit_has_group_dead =
+            u32::from(kbtf.tracepoint_args(prog_names::PROCESS_EXIT) == Some(2));
+        let aya_btf =
+            aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+
+        let ncpus =
+            aya::util::nr_cpus().map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
+        let shadow_on = u32::from(cfg.shadow);
+        let trace_on = u32::from(cfg.trace);
+        let mut loader = EbpfLoader::new();
+        loader
+            .btf(Some(&aya_btf))
+            .override_global(global_names::SHADOW_ON, &shadow_on, true)
+            .override_global(global_names::TRACE_ON, &trace_on, true)
+            .override_global(global_names::TASK_TGID_OFF, &tgid_off, true)
+            .override_global(
+                global_names::EXIT_HAS_GROUP_DEAD,
+                &exit_has_group_dead,
+                true,
+            );
+        if !cfg.shadow {
+            // Unused maps still take memory; make them as small as the kernel allows.
+            loader.map_max_entries(map_names::CPU_SHADOW0, 1);
+            loader.map_max_entries(map_names::CPU_SHADOW1, 1);
+        }
+        if !cfg.trace {
+            loader.map_max_entries(map_names::CPU_TRACE, page_size());
+        }
+        let mut ebpf = loader
+            .load(OBJECT)
+            .map_err(classify("loading eBPF object"))?;
+
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| ProbeError::Other(format!("eBPF object has no map {name}")))
+        };
+        let mut ctl: Array<MapData, Ctl> =
+            Array::try_from(take(map_names::CTL)?).map_err(classify("CTL map"))?;
+        let state: PerCpuArray<MapData, CpuState> =
+            PerCpuArray::try_from(take(map_names::CPU_STATE)?).map_err(classify("state map"))?;
+        let sketch =
+            PerCpuArray::try_from(take(map_names::CPU_SKETCH)?).map_err(classify("sketch map"))?;
+        let drops_map =
+            PerCpuArray::try_from(take(map_names::DROPS)?).map_err(classify("drops"))?;
+        let shadow = if cfg.shadow {
+            Some([
+                aya::maps::PerCpuHashMap::try_from(take(map_names::CPU_SHADOW0)?)
+                    .map_err(classify("shadow map"))?,
+                aya::maps::PerCpuHashMap::try_from(take(map_names::CPU_SHADOW1)?)
+                    .map_err(classify("shadow map"))?,
+            ])
+        } else {
+            None
+        };
+        let trace = if cfg.trace {
+            Some(RingBuf::try_from(take(map_names::CPU_TRACE)?).map_err(classify("trace"))?)
+        } else {
+            None
+        };
+        let lifecycle = lifecycle::LifecycleReader::new(
+            RingBuf::try_from(take(map_names::LIFECYCLE)?).map_err(classify("lifecycle"))?,
+        );
+
+        // The flip program: loaded, never attached, run from userspace to close intervals.
+        let flip_prog: &mut RawTracePoint = ebpf
+            .program_mut(prog_names::FLIP)
+            .ok_or_else(|| ProbeError::Other("no flip program".into()))?
+            .try_into()
+            .map_err(classify("flip program"))?;
+        flip_prog.load().map_err(classify("loading flip program"))?;
+        let flipper = flip::Flipper::new(flip_prog).map_err(classify("flip program fd"))?;
+
+        let bins = BinCfg::for_interval(interval.as_nanos() as u64);
+        write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
+        let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
+        let mut cpu = cpu::CpuDrain::new(state, sketch, shadow, trace, ncpus, epoch, bins);
+        cpu.prime().map_err(classify("priming CPU state"))?;
+
+        for (name, tp) in [
+            (prog_names::SCHED_SWITCH, "sched_switch"),
+            (prog_names::PROCESS_EXIT, "sched_process_exit"),
+            (prog_names::PROCESS_EXEC, "sched_process_exec"),
+        ] {
+            let prog: &mut BtfTracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
+                .try_into()
+                .map_err(classify(name))?;
+            prog.load(tp, &aya_btf).map_err(classify(name))?;
+            prog.attach().map_err(classify(name))?;
+        }
+
+        Ok(Self {
+            _ebpf: ebpf,
+            flip: flipper,
+            ctl,
+            drops: drops_map,
+            cpu,
+            lifecycle,
+            ncpus,
+            bins,
+        })
+    }
+
+    /// Number of possible CPUs (the width of every per-CPU map).
+    pub fn ncpus(&self) -> usize {
+        self.ncpus
+    }
+
+    /// Change the burst-bin geometry for a new interval length (takes effect at the next flip).
+    pub fn set_interval(&mut self, interval: Duration) -> Result<(), ProbeError> {
+        self.bins = BinCfg::for_interval(interval.as_nanos() as u64);
+        self.cpu.set_bins(self.bins);
+        write_bins(&mut self.ctl, self.bins).map_err(classify("writing CTL"))
+    }
+
+    /// Close the interval being written and return it.
+    pub fn drain(&mut self) -> Result<RawInterval, ProbeError> {
+        let epoch = self.flip.flip(&self.ctl).map_err(classify("flip"))?;
+        let mut raw = self
+            .cpu
+            .drain(epoch)
+            .map_err(classify("draining CPU maps"))?;
+        raw.lifecycle = self.lifecycle.read();
+        let lost = self
+            .drops_total()
+            .map_err(classify("reading drop counters"))?;
+        raw.lifecycle_lost = lost[drops::LIFECYCLE_LOST as usize];
+        raw.trace_lost = lost[drops::TRACE_LOST as usize];
+        Ok(raw)
+    }
+
+    /// Burst-bin geometry currently in force.
+    pub fn bins(&self) -> BinCfg {
+        self.bins
+    }
+
+    fn drops_total(&self) -> Result<[u64; drops::LEN as usize], aya::maps::MapError> {
+        let mut out = [0u64; drops::LEN as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = self.drops.get(&(i as u32), 0)?.iter().sum();
+        }
+        Ok(out)
+    }
+}
+
+fn write_bins(ctl: &mut Array<MapData, Ctl>, bins: BinCfg) -> Result<(), aya::maps::MapError> {
+    // Only the bin words change here; the epoch word is the flip program's. Read-modify-write
+    // is safe because userspace is the only writer apart from `flip`, which we run ourselves.
+    let mut c = ctl.get(&0, 0)?;
+    c.bin_width_ns = bins.width_ns;
+    c.bin_recip = bins.recip;
+    c.bin_unit_shift = bins.unit_shift;
+    ctl.set(0, c, 0)
+}
+
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as u32 } else { 4096 }
+}
+
+/// Zeroed per-CPU values for clearing a per-CPU array slot.
+fn zeroed<T: aya::Pod + Default + Clone>(ncpus: usize) -> Result<PerCpuValues<T>, std::io::Error> {
+    PerCpuValues::try_from(vec![T::default(); ncpus])
+}
+
+/// One map's footprint as the kernel accounts it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MapMem {
+    pub name: String,
+    pub kind: String,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    /// Bytes charged for the map (`memlock` in /proc/self/fdinfo), as the kernel reports it.
+    pub memlock: u64,
+}
+
+/// One program's cumulative run time (kernel BPF stats, when enabled).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProgStats {
+    pub run_ns: u64,
+    pub run_count: u64,
+}
+
+impl Probes {
+    /// Every map our programs use, with the kernel's own memory accounting.
+    pub fn map_report(&self) -> Result<Vec<MapMem>, ProbeError> {
+        let mut ids = std::collections::BTreeSet::new();
+        for (_, prog) in self._ebpf.programs() {
+            let info = prog.info().map_err(classify("program info"))?;
+            if let Some(m) = info.map_ids().map_err(classify("program map ids"))? {
+                ids.extend(m);
+            }
+        }
+        let mut out = Vec::new();
+        for id in ids {
+            let info = aya::maps::MapInfo::from_id(id).map_err(classify("map info"))?;
+            let fd = info.fd().map_err(classify("map fd"))?;
+            let memlock = fdinfo_field(
+                std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&fd)),
+                "memlock",
+            )
+            .unwrap_or(0);
+            out.push(MapMem {
+                name: info.name_as_str().unwrap_or("?").to_owned(),
+                kind: info
+                    .map_type()
+                    .map(|t| format!("{t:?}"))
+                    .unwrap_or_else(|_| "?".into()),
+                key_size: info.key_size(),
+                value_size: info.value_size(),
+                max_entries: info.max_entries(),
+                memlock,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Total run time of our attached programs since load (zero unless BPF stats are on).
+    pub fn prog_stats(&self) -> ProgStats {
+        let mut s = ProgStats::default();
+        for (_, prog) in self._ebpf.programs() {
+            if let Ok(info) = prog.info() {
+                s.run_ns += info.run_time().as_nanos() as u64;
+                s.run_count += info.run_count();
+            }
+        }
+        s
+    }
+}
+
+/// A numeric field of /proc/self/fdinfo/<fd>.
+fn fdinfo_field(fd: i32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == field).then(|| v.trim().parse().ok())?
+    })
+}

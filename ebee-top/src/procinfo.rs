@@ -1,0 +1,120 @@
+//! Process metadata from /proc (via the procfs crate), cached per pid and invalidated by the
+//! kernel's exec and exit events, so a reused pid never shows a dead process's name. A process
+//! that is gone before we look keeps the name its exit event carried.
+
+use std::collections::HashMap;
+
+use crate::batch::ProcInfo;
+
+/// PF_KTHREAD in /proc/PID/stat flags.
+const PF_KTHREAD: u32 = 0x0020_0000;
+
+#[derive(Default)]
+pub struct ProcCache {
+    known: HashMap<u32, ProcInfo>,
+    /// Names from exit events, for processes /proc no longer has.
+    exited: HashMap<u32, String>,
+}
+
+impl ProcCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The process exec'd: its name and command line changed.
+    pub fn on_exec(&mut self, pid: u32) {
+        self.known.remove(&pid);
+    }
+
+    /// The process ended; remember its last name for this interval's rows.
+    pub fn on_exit(&mut self, pid: u32, comm: String) {
+        self.known.remove(&pid);
+        self.exited.insert(pid, comm);
+    }
+
+    /// Events were lost: nothing cached can be trusted.
+    pub fn clear(&mut self) {
+        self.known.clear();
+    }
+
+    /// Forget names of processes that exited before the interval just reported.
+    pub fn end_interval(&mut self) {
+        self.exited.clear();
+    }
+
+    /// Metadata of `pid`, from the cache or /proc.
+    pub fn get(&mut self, pid: u32) -> ProcInfo {
+        if let Some(p) = self.known.get(&pid) {
+            return p.clone();
+        }
+        match read_proc(pid) {
+            Some(info) => {
+                // Do not cache a process that is already known to have exited: the pid may
+                // come back as another process.
+                if !self.exited.contains_key(&pid) {
+                    self.known.insert(pid, info.clone());
+                }
+                info
+            }
+            None => ProcInfo {
+                pid,
+                comm: self.exited.get(&pid).cloned().unwrap_or_default(),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+fn read_proc(pid: u32) -> Option<ProcInfo> {
+    let p = procfs::process::Process::new(pid as i32).ok()?;
+    let stat = p.stat().ok()?;
+    let cmdline = p.cmdline().map(|v| v.join(" ")).unwrap_or_default();
+    let uid = p.status().ok().map(|s| s.ruid);
+    Some(ProcInfo {
+        pid,
+        start_ticks: stat.starttime,
+        comm: stat.comm,
+        cmdline,
+        uid,
+        kthread: stat.flags & PF_KTHREAD != 0,
+    })
+}
+
+/// `comm` bytes from the kernel (NUL padded) as a string.
+pub fn comm_str(comm: &[u8]) -> String {
+    let end = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_itself_and_caches() {
+        let me = std::process::id();
+        let mut c = ProcCache::new();
+        let a = c.get(me);
+        assert_eq!(a.pid, me);
+        assert!(!a.comm.is_empty());
+        assert!(a.start_ticks > 0);
+        assert!(!a.kthread);
+        assert_eq!(c.get(me), a);
+    }
+
+    #[test]
+    fn exited_process_keeps_its_last_name() {
+        let mut c = ProcCache::new();
+        // pid_max is at most 4194304; this pid cannot exist.
+        c.on_exit(5_000_000, "shortlived".into());
+        assert_eq!(c.get(5_000_000).comm, "shortlived");
+        c.end_interval();
+        assert_eq!(c.get(5_000_000).comm, "");
+    }
+
+    #[test]
+    fn comm_is_trimmed_at_nul() {
+        assert_eq!(comm_str(b"bash\0\0\0\0\0\0\0\0\0\0\0\0"), "bash");
+        assert_eq!(comm_str(b"0123456789abcdef"), "0123456789abcdef");
+    }
+}

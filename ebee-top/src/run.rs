@@ -1,0 +1,205 @@
+//! The two ways to run: batch (print every interval) and the interactive screen.
+
+use std::io::Write;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::app::{App, Effect, Msg};
+use crate::cli::{Cli, Format};
+use crate::model::Model;
+use crate::output;
+use crate::probes::ProbeConfig;
+use crate::source::{Live, Source};
+
+fn probe_config(cli: &Cli) -> ProbeConfig {
+    ProbeConfig {
+        shadow: cli.exact,
+        trace: false,
+    }
+}
+
+/// Entry point after parsing: returns the process exit code.
+pub fn main(cli: Cli) -> anyhow::Result<()> {
+    crate::preflight::check_live()?;
+    if cli.print_maps {
+        return print_maps(&cli);
+    }
+    if cli.batch {
+        batch(&cli)
+    } else {
+        interactive(&cli)
+    }
+}
+
+fn print_maps(cli: &Cli) -> anyhow::Result<()> {
+    let live = Live::start(probe_config(cli), cli.delay)?;
+    let maps = live.probes().map_report()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:<14} {:<20} {:>5} {:>7} {:>8} {:>10}",
+        "MAP", "TYPE", "KEY", "VALUE", "ENTRIES", "BYTES"
+    )?;
+    let mut total = 0;
+    for m in &maps {
+        total += m.memlock;
+        writeln!(
+            out,
+            "{:<14} {:<20} {:>5} {:>7} {:>8} {:>10}",
+            m.name, m.kind, m.key_size, m.value_size, m.max_entries, m.memlock
+        )?;
+    }
+    writeln!(out, "{:<14} {:>54}", "total", total)?;
+    writeln!(
+        out,
+        "({} possible CPUs; per-CPU maps are charged once per CPU)",
+        live.probes().ncpus()
+    )?;
+    Ok(())
+}
+
+fn batch(cli: &Cli) -> anyhow::Result<()> {
+    let mut source = Live::start(probe_config(cli), cli.delay)?;
+    let quit = signal_flag()?;
+    let mut model = Model::new();
+    let mut out = std::io::stdout().lock();
+    let k = cli.top as usize;
+    let mut n = 0u64;
+    while !quit.load(std::sync::atomic::Ordering::Relaxed) {
+        let Some(b) = source.next_batch()? else { break };
+        model.ingest(&b);
+        let r = match cli.format {
+            Format::Json => output::write_json(&mut out, &model, k),
+            Format::Text => output::write_text(&mut out, &model, k),
+        };
+        match r.and_then(|()| out.flush()) {
+            Ok(()) => {}
+            // The reader went away (`| head`): that is a normal end.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(e).context("writing output"),
+        }
+        n += 1;
+        if cli.iterations.is_some_and(|max| n >= max) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A flag set by SIGINT, SIGTERM or SIGHUP.
+fn signal_flag() -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, flag.clone()).context("installing signal handlers")?;
+    }
+    Ok(flag)
+}
+
+fn interactive(cli: &Cli) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        anyhow::bail!("standard output is not a terminal; use --batch for scripts and pipes");
+    }
+    // Load before touching the terminal, so loader errors print as plain lines.
+    let source = Live::start(probe_config(cli), cli.delay)?;
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Duration>();
+
+    spawn_source(source, tx.clone(), ctl_rx)?;
+    spawn_signals(tx.clone())?;
+    let mut tui = crate::tui::Tui::enter().context("setting up the terminal")?;
+    spawn_input(tx)?;
+
+    let mut app = App::new(cli.top as usize, cli.delay);
+    tui.terminal
+        .draw(|f| crate::view::render(&app, f))
+        .context("drawing")?;
+    while let Ok(msg) = rx.recv() {
+        match app.update(msg) {
+            Effect::None => continue,
+            Effect::Quit => break,
+            Effect::SetInterval(d) => {
+                let _ = ctl_tx.send(d);
+            }
+            Effect::Redraw => {}
+        }
+        tui.terminal
+            .draw(|f| crate::view::render(&app, f))
+            .context("drawing")?;
+    }
+    drop(tui);
+    match app.error {
+        Some(e) => Err(anyhow::anyhow!(e)),
+        None => Ok(()),
+    }
+}
+
+fn spawn_source(
+    mut source: Live,
+    tx: mpsc::Sender<Msg>,
+    ctl: mpsc::Receiver<Duration>,
+) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("drain".into())
+        .spawn(move || {
+            loop {
+                while let Ok(d) = ctl.try_recv() {
+                    if let Err(e) = source.set_interval(d) {
+                        let _ = tx.send(Msg::SourceError(format!("{e:#}")));
+                        return;
+                    }
+                }
+                let msg = match source.next_batch() {
+                    Ok(Some(b)) => Msg::Batch(Box::new(b)),
+                    Ok(None) => return,
+                    Err(e) => Msg::SourceError(format!("{e:#}")),
+                };
+                let stop = matches!(msg, Msg::SourceError(_));
+                if tx.send(msg).is_err() || stop {
+                    return;
+                }
+            }
+        })
+        .context("starting the drain thread")?;
+    Ok(())
+}
+
+fn spawn_input(tx: mpsc::Sender<Msg>) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("input".into())
+        .spawn(move || {
+            while let Ok(ev) = crossterm::event::read() {
+                if tx.send(Msg::Input(ev)).is_err() {
+                    return;
+                }
+            }
+            // The terminal is gone (hang-up): leave like SIGHUP would.
+            let _ = tx.send(Msg::Signal(signal_hook::consts::SIGHUP));
+        })
+        .context("starting the input thread")?;
+    Ok(())
+}
+
+fn spawn_signals(tx: mpsc::Sender<Msg>) -> anyhow::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ])
+    .context("installing signal handlers")?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let _ = tx.send(Msg::Signal(sig));
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! Where Batches come from. `Live` drains the kernel every tick; a recording will be another
+//! `Source`. Everything downstream of a Batch is shared.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use ebee_shared::lifecycle::{EVENT_EXEC, EVENT_EXIT};
+
+use crate::batch::{Batch, CpuRow, Dropped, Exit};
+use crate::probes::{CpuCharge, ProbeConfig, Probes};
+use crate::procinfo::{ProcCache, comm_str};
+
+/// A producer of closed intervals.
+pub trait Source {
+    /// Block until the next interval is closed. `None` when the source has no more.
+    fn next_batch(&mut self) -> anyhow::Result<Option<Batch>>;
+    /// Change the interval length (live sources only; others ignore it).
+    fn set_interval(&mut self, interval: Duration) -> anyhow::Result<()>;
+}
+
+/// The kernel, drained every `interval`.
+pub struct Live {
+    probes: Probes,
+    procs: ProcCache,
+    interval: Duration,
+    deadline: Instant,
+    seq: u64,
+    lifecycle_lost: u64,
+}
+
+impl Live {
+    /// Load and attach the programs; the first interval starts now.
+    pub fn start(cfg: ProbeConfig, interval: Duration) -> Result<Self, crate::probes::ProbeError> {
+        let probes = Probes::load(cfg, interval)?;
+        Ok(Self {
+            probes,
+            procs: ProcCache::new(),
+            interval,
+            deadline: Instant::now() + interval,
+            seq: 0,
+            lifecycle_lost: 0,
+        })
+    }
+
+    /// The loaded probes (map report, program statistics).
+    pub fn probes(&self) -> &Probes {
+        &self.probes
+    }
+
+    fn rows(&self, charges: &[CpuCharge], nbins: usize) -> Vec<CpuRow> {
+        charges
+            .iter()
+            .map(|c| CpuRow {
+                pid: c.tgid,
+                ns: c.ns,
+                bins: c.bins[..nbins].to_vec(),
+            })
+            .collect()
+    }
+}
+
+impl Source for Live {
+    fn next_batch(&mut self) -> anyhow::Result<Option<Batch>> {
+        let now = Instant::now();
+        if self.deadline > now {
+            std::thread::sleep(self.deadline - now);
+        }
+        // Absolute deadlines keep the tick from drifting; after a long stall, start afresh.
+        self.deadline += self.interval;
+        if self.deadline < Instant::now() {
+            self.deadline = Instant::now() + self.interval;
+        }
+        let raw = self.probes.drain().context("draining the kernel maps")?;
+        self.seq += 1;
+
+        if raw.lifecycle_lost != self.lifecycle_lost {
+            // Lost exec/exit events: cached names may belong to dead processes.
+            self.procs.clear();
+        }
+        let mut exits = Vec::new();
+        for ev in &raw.lifecycle {
+            match ev.kind {
+                EVENT_EXEC => self.procs.on_exec(ev.tgid),
+                EVENT_EXIT => {
+                    self.procs.on_exit(ev.tgid, comm_str(&ev.comm));
+                    exits.push(Exit {
+                        pid: ev.tgid,
+                        ts_ns: ev.ts,
+                    });
+                }
+                _ => {}
+            }
+        }
+        let interval_ns = raw.end_ns.saturating_sub(raw.start_ns);
+        let nbins = (interval_ns.div_ceil(raw.bin_width_ns.max(1)) as usize)
+            .clamp(1, ebee_shared::cpu::BURST_BINS);
+        let cpu = self.rows(&raw.rows, nbins);
+        let cpu_exact = raw.exact.as_ref().map(|e| self.rows(e, nbins));
+        let mut pids: Vec<u32> = cpu.iter().map(|r| r.pid).collect();
+        if let Some(e) = &cpu_exact {
+            pids.extend(e.iter().map(|r| r.pid));
+        }
+        pids.extend(exits.iter().map(|e| e.pid));
+        pids.sort_unstable();
+        pids.dedup();
+        let procs = pids.into_iter().map(|p| self.procs.get(p)).collect();
+        self.procs.end_interval();
+
+        let batch = Batch {
+            seq: self.seq,
+            t_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            start_ns: raw.start_ns,
+            end_ns: raw.end_ns,
+            bin_width_ns: raw.bin_width_ns,
+            ncpus: self.probes.ncpus() as u32,
+            switches: raw.updates,
+            cpu,
+            cpu_exact,
+            procs,
+            exits,
+            dropped: Dropped {
+                sketch_evicted_ns: raw.evicted_ns,
+                sketch_evictions: raw.evictions,
+                lifecycle_lost: raw.lifecycle_lost - self.lifecycle_lost,
+                handshake_timeouts: raw.handshake_timeouts,
+                shadow_full: raw.shadow_full,
+            },
+        };
+        self.lifecycle_lost = raw.lifecycle_lost;
+        Ok(Some(batch))
+    }
+
+    fn set_interval(&mut self, interval: Duration) -> anyhow::Result<()> {
+        self.interval = interval;
+        self.deadline = Instant::now() + interval;
+        self.probes
+            .set_interval(interval)
+            .context("changing the interval")
+    }
+}
