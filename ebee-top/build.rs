@@ -9,7 +9,7 @@ fn main() -> anyhow::Result<()> {
     let skip = std::env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v == "true");
     if skip {
         // Keep the crate compiling (docs, clippy of userspace alone) without the eBPF toolchain.
-        std::fs::write(out.join("ebee-top"), b"").context("write empty eBPF object")?;
+        std::fs::write(out.join("ebee-top-ebpf"), b"").context("write empty eBPF object")?;
         println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
         return Ok(());
     }

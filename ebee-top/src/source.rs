@@ -31,7 +31,10 @@ pub struct Live {
 impl Live {
     /// Load and attach the programs; the first interval starts now.
     pub fn start(cfg: ProbeConfig, interval: Duration) -> Result<Self, crate::probes::ProbeError> {
-        let probes = Probes::load(cfg, interval)?;
+        let mut probes = Probes::load(cfg, interval)?;
+        // The interval open since loading includes the attach itself; close and discard it so
+        // the first reported interval starts with everything attached.
+        probes.drain()?;
         Ok(Self {
             probes,
             procs: ProcCache::new(),

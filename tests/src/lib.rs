@@ -1,1 +1,92 @@
+//! Helpers for ebee-top's privileged integration tests: finding the binaries, deciding whether
+//! eBPF can be loaded here, child processes that are killed on drop, and /proc ground truth.
 
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// Path of a binary built in the same profile as this test (target/<profile>/<name>).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test-binary>
+    let dir = exe
+        .parent()
+        .and_then(|p| p.parent())
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    dir.join(name)
+}
+
+/// True when this process may load eBPF. Under `CI=true` a test that cannot is a failure,
+/// never a silent skip; elsewhere it says loudly that it skipped.
+pub fn privileged(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: CI is set but this test is not running as root: privileged tests must run"
+    );
+    eprintln!("SKIPPED {test}: needs root to load eBPF (run `cargo xtask test`)");
+    false
+}
+
+/// A child process killed and reaped when dropped.
+pub struct Proc(pub Child);
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `ebee-load` with arguments.
+pub fn load(args: &[&str]) -> Proc {
+    let c = Command::new(bin("ebee-load"))
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting ebee-load {args:?}: {e}"));
+    Proc(c)
+}
+
+/// On-CPU ns of a whole process: the sum of /proc/PID/task/*/schedstat (field 1), the
+/// scheduler's own accounting and our ground truth.
+pub fn schedstat_ns(pid: u32) -> Option<u64> {
+    let mut total = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let t = t.ok()?;
+        let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        total += s.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+/// Run ebee-top with arguments; returns (exit code, stdout, stderr).
+pub fn ebee_top(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(bin("ebee-top"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running ebee-top {args:?}: {e}"));
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// Names of the eBPF programs loaded on the machine (kernel truncates them to 15 bytes).
+pub fn loaded_program_names() -> Vec<String> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| p.name_as_str().unwrap_or("").to_owned())
+        .collect()
+}

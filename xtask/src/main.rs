@@ -1,1 +1,100 @@
-fn main() {}
+//! cargo xtask: set-up, run, test, benchmarks, screenshots. Every step installs what it needs
+//! first, idempotently (seconds when everything is already there).
+
+mod bench;
+mod setup;
+mod util;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what is missing (rust-src for nightly, bpf-linker, Debian packages).
+    Setup {
+        /// Also the packages the tests need.
+        #[arg(long)]
+        test: bool,
+        /// Also the packages the benchmarks need.
+        #[arg(long)]
+        bench: bool,
+    },
+    /// Set up, build, and start ebee-top live (as root, through sudo when needed).
+    Run {
+        /// Arguments passed to ebee-top.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, then run every check: fmt, clippy (userspace and eBPF), unit tests and the
+    /// privileged integration tests (as root, through sudo when needed).
+    Test {
+        /// Only tests whose name contains this.
+        filter: Option<String>,
+    },
+    /// Benchmarks; each prints a table and updates BENCHMARKS.md.
+    Bench {
+        #[command(subcommand)]
+        which: bench::Which,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    let r = match args.cmd {
+        Cmd::Setup { test, bench } => setup::setup(setup::Needs { test, bench }),
+        Cmd::Run { args } => run(args),
+        Cmd::Test { filter } => test(filter),
+        Cmd::Bench { which } => bench::run(which),
+    };
+    if let Err(e) = r {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Vec<String>) -> Result<()> {
+    setup::setup(setup::Needs::default())?;
+    util::build_release()?;
+    let bin = util::root().join("target/release/ebee-top");
+    util::run_as_root(&bin, &args)
+}
+
+fn test(filter: Option<String>) -> Result<()> {
+    setup::setup(setup::Needs {
+        test: true,
+        bench: false,
+    })?;
+    let f: Vec<String> = filter.into_iter().collect();
+    util::step("cargo fmt --check", || {
+        util::cargo(&["fmt", "--all", "--", "--check"])
+    })?;
+    util::step("clippy (userspace)", || {
+        util::cargo(&["clippy", "--all-targets", "--", "-D", "warnings"])
+    })?;
+    util::step("clippy (eBPF)", util::clippy_ebpf)?;
+    util::build_release()?;
+    // Unit tests of every crate but the privileged suite, in parallel.
+    let mut unit = vec![
+        "test",
+        "--release",
+        "--workspace",
+        "--exclude",
+        "ebee-tests",
+        "--exclude",
+        "ebee-top-ebpf",
+    ];
+    unit.extend(f.iter().map(String::as_str));
+    util::step("unit tests", || util::cargo(&unit))?;
+    // Privileged tests load eBPF and measure CPU time: one at a time, as root.
+    let mut args = vec!["test", "--release", "-p", "ebee-tests"];
+    args.extend(f.iter().map(String::as_str));
+    args.extend(["--", "--test-threads=1"]);
+    util::step("privileged tests", || util::cargo_as_root(&args))
+}

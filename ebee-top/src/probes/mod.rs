@@ -27,7 +27,7 @@ use thiserror::Error;
 pub use cpu::{CpuCharge, RawInterval};
 
 /// The eBPF object built by build.rs.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ebee-top"));
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ebee-top-ebpf"));
 
 /// Why the probes could not be set up. The cases callers must tell apart get their own variant.
 #[derive(Debug, Error)]

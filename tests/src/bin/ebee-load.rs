@@ -1,0 +1,171 @@
+//! Workload generator for ebee-top's tests and benchmarks: CPU burners with a duty cycle,
+//! short-lived process storms, and skewed mixes of many processes.
+
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Burn CPU `duty` of every `period_ms` (duty 1.0: never sleep).
+    Burn {
+        #[arg(long, default_value_t = 1.0)]
+        duty: f64,
+        #[arg(long, default_value_t = 10)]
+        period_ms: u64,
+        /// Stop after this many seconds (default: run until killed).
+        #[arg(long)]
+        seconds: Option<f64>,
+    },
+    /// Sleep `idle_ms`, then burn `burst_ms`, repeatedly.
+    Bursts {
+        #[arg(long)]
+        burst_ms: u64,
+        #[arg(long)]
+        idle_ms: u64,
+        #[arg(long)]
+        seconds: Option<f64>,
+    },
+    /// Start `procs` burners with Zipf-skewed duty cycles (process i burns about
+    /// `top_duty / i^skew`), plus `churn_per_s` short-lived processes per second that burn
+    /// 5-20 ms each and exit.
+    Mix {
+        #[arg(long, default_value_t = 200)]
+        procs: u32,
+        #[arg(long, default_value_t = 0.9)]
+        top_duty: f64,
+        #[arg(long, default_value_t = 1.0)]
+        skew: f64,
+        #[arg(long, default_value_t = 50)]
+        churn_per_s: u32,
+        #[arg(long)]
+        seconds: f64,
+    },
+}
+
+fn burn_until(t: Instant) {
+    while Instant::now() < t {
+        std::hint::spin_loop();
+    }
+}
+
+fn burn(duty: f64, period: Duration, stop: Option<Instant>) {
+    let mut next = Instant::now();
+    loop {
+        if stop.is_some_and(|s| Instant::now() >= s) {
+            return;
+        }
+        let busy = period.mul_f64(duty.clamp(0.0, 1.0));
+        burn_until(next + busy);
+        next += period;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        } else {
+            next = now;
+        }
+    }
+}
+
+fn deadline(seconds: Option<f64>) -> Option<Instant> {
+    seconds.map(|s| Instant::now() + Duration::from_secs_f64(s))
+}
+
+/// A deterministic xorshift, so a mix is the same from run to run.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn mix(procs: u32, top_duty: f64, skew: f64, churn_per_s: u32, seconds: f64) {
+    let me = std::env::current_exe().unwrap_or_else(|_| "ebee-load".into());
+    let mut children = Vec::new();
+    for i in 1..=procs {
+        let duty = top_duty / f64::from(i).powf(skew);
+        // Spread periods so processes do not run in lockstep.
+        let period = 10 + (i % 7) * 3;
+        if let Ok(c) = std::process::Command::new(&me)
+            .args([
+                "burn",
+                "--duty",
+                &format!("{duty:.6}"),
+                "--period-ms",
+                &period.to_string(),
+                "--seconds",
+                &format!("{seconds}"),
+            ])
+            .spawn()
+        {
+            children.push(c);
+        }
+    }
+    let stop = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let gap = if churn_per_s == 0 {
+        Duration::MAX
+    } else {
+        Duration::from_secs(1) / churn_per_s
+    };
+    let mut next = Instant::now();
+    while Instant::now() < stop {
+        if churn_per_s > 0 && Instant::now() >= next {
+            let ms = 5 + rng.next() % 16;
+            // SAFETY: fork in a single-threaded process; the child only spins and _exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                burn_until(Instant::now() + Duration::from_millis(ms));
+                // SAFETY: leave the child without running the parent's exit handlers.
+                unsafe { libc::_exit(0) };
+            }
+            next += gap;
+        }
+        // Reap finished short-lived children.
+        // SAFETY: waitpid with WNOHANG on any child.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        std::thread::sleep(Duration::from_millis(1).min(gap));
+    }
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    match args.cmd {
+        Cmd::Burn {
+            duty,
+            period_ms,
+            seconds,
+        } => burn(duty, Duration::from_millis(period_ms), deadline(seconds)),
+        Cmd::Bursts {
+            burst_ms,
+            idle_ms,
+            seconds,
+        } => {
+            let stop = deadline(seconds);
+            while stop.is_none_or(|s| Instant::now() < s) {
+                std::thread::sleep(Duration::from_millis(idle_ms));
+                burn_until(Instant::now() + Duration::from_millis(burst_ms));
+            }
+        }
+        Cmd::Mix {
+            procs,
+            top_duty,
+            skew,
+            churn_per_s,
+            seconds,
+        } => mix(procs, top_duty, skew, churn_per_s, seconds),
+    }
+}

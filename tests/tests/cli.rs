@@ -1,0 +1,153 @@
+//! The real binary end to end: batch output, the JSON schema, privilege errors, signals, and
+//! that nothing stays loaded in the kernel after it exits.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use ebee_tests::{bin, ebee_top, load, loaded_program_names, privileged};
+
+fn ours(names: &[String]) -> usize {
+    names
+        .iter()
+        .filter(|n| ["sched_switch", "flip", "sched_process_e"].contains(&n.as_str()))
+        .count()
+}
+
+#[test]
+fn json_lines_follow_the_schema() {
+    if !privileged("json_lines_follow_the_schema") {
+        return;
+    }
+    let busy = load(&["burn", "--duty", "1.0"]);
+    std::thread::sleep(Duration::from_millis(100));
+    let (code, out, err) = ebee_top(&["-b", "-n", "5", "-k", "3", "--format", "json"]);
+    assert_eq!(code, 0, "stderr: {err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5);
+    let mut prev_t = 0;
+    let mut busy_first = 0;
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).expect("each line is JSON");
+        let t = v["t_ms"].as_u64().expect("t_ms: u64");
+        assert!(t >= prev_t);
+        prev_t = t;
+        let iv = v["interval_ms"].as_u64().expect("interval_ms: u64");
+        assert!((40..=70).contains(&iv), "interval_ms {iv}");
+        let cpu = v["cpu"].as_array().expect("cpu: array");
+        assert!(cpu.len() <= 3);
+        for r in cpu {
+            assert!(
+                r["pid"]
+                    .as_u64()
+                    .is_some_and(|p| p > 0 && p <= u64::from(u32::MAX))
+            );
+            assert!(r["comm"].is_string());
+            assert!(r["cpu_ns"].is_u64());
+            let pct = r["cpu_pct"].as_f64().expect("cpu_pct: f64");
+            assert!(
+                (0.0..=100.0 * 1.05).contains(&pct),
+                "one process on one CPU: {pct}"
+            );
+        }
+        if cpu.first().and_then(|r| r["pid"].as_u64()) == Some(u64::from(busy.pid())) {
+            busy_first += 1;
+            assert_eq!(cpu[0]["comm"], "ebee-load");
+        }
+        let d = v["dropped"].as_object().expect("dropped: object");
+        for key in [
+            "sketch_evicted_ns",
+            "sketch_evictions",
+            "lifecycle_lost",
+            "handshake_timeouts",
+        ] {
+            assert!(d[key].is_u64(), "dropped.{key}");
+        }
+    }
+    assert!(
+        busy_first >= 4,
+        "the busy child led only {busy_first} of 5 intervals"
+    );
+}
+
+#[test]
+fn text_batch_mode_prints_a_table() {
+    if !privileged("text_batch_mode_prints_a_table") {
+        return;
+    }
+    let (code, out, err) = ebee_top(&["-b", "-n", "2", "-d", "0.1"]);
+    assert_eq!(code, 0, "stderr: {err}");
+    assert_eq!(out.matches("PID").count(), 2);
+    assert!(out.contains("%CPU"));
+}
+
+#[test]
+fn without_capabilities_it_says_what_is_missing() {
+    if !privileged("without_capabilities_it_says_what_is_missing") {
+        return;
+    }
+    // Root with an empty bounding set has no capabilities after exec; then with CAP_BPF alone.
+    for caps in ["-all", "-all,+bpf"] {
+        let o = Command::new("setpriv")
+            .args([&format!("--bounding-set={caps}"), "--inh-caps=-all", "--"])
+            .arg(bin("ebee-top"))
+            .args(["-b", "-n", "1"])
+            .output()
+            .expect("setpriv (util-linux)");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "caps {caps}: stderr {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON") && err.contains("sudo"));
+        assert!(o.stdout.is_empty());
+    }
+}
+
+#[test]
+fn bad_flags_exit_2_with_one_message() {
+    // No privilege needed: flags are checked before anything is loaded.
+    for args in [&["-d", "0"][..], &["-k", "x"], &["--nope"]] {
+        let (code, out, err) = ebee_top(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty());
+        assert!(!err.contains("panicked"));
+    }
+}
+
+#[test]
+fn signals_end_a_batch_run_cleanly_and_nothing_stays_loaded() {
+    if !privileged("signals_end_a_batch_run_cleanly_and_nothing_stays_loaded") {
+        return;
+    }
+    let before = ours(&loaded_program_names());
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let mut c = Command::new(bin("ebee-top"))
+            .args(["-b", "--format", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        assert!(
+            ours(&loaded_program_names()) > before,
+            "programs are loaded while running"
+        );
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(c.id() as i32, sig) };
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "signal {sig}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.lines().count() >= 5, "it ran: {out}");
+        for l in out.lines() {
+            serde_json::from_str::<serde_json::Value>(l).expect("no torn line at exit");
+        }
+        assert_eq!(
+            ours(&loaded_program_names()),
+            before,
+            "programs left after signal {sig}"
+        );
+    }
+}

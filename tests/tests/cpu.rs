@@ -1,0 +1,227 @@
+//! Privileged tests of the CPU pipeline on the real kernel: ranking, accuracy against
+//! /proc/PID/schedstat, exits, the sketch against its exact shadow and its userspace replay.
+
+use std::time::Duration;
+
+use ebee_shared::cpu::{CpuSketch, CpuTrace};
+use ebee_tests::{load, privileged, schedstat_ns};
+use ebee_top::probes::{ProbeConfig, Probes, RawInterval};
+
+const TICK: Duration = Duration::from_millis(50);
+
+fn probes(cfg: ProbeConfig) -> Probes {
+    let mut p = Probes::load(cfg, TICK).expect("loading the eBPF programs");
+    p.drain().expect("first drain");
+    p
+}
+
+fn ns_of(raw: &RawInterval, pid: u32) -> u64 {
+    raw.rows.iter().find(|r| r.tgid == pid).map_or(0, |r| r.ns)
+}
+
+/// Measure a busy child for `n` intervals of `tick`: (ebee-top per interval, schedstat delta per
+/// interval read right before each flip, intervals in which the child ranked first).
+fn measure_busy(tick: Duration, n: usize) -> (Vec<u64>, Vec<u64>, usize) {
+    let child = load(&["burn", "--duty", "1.0"]);
+    let pid = child.pid();
+    let mut p = Probes::load(ProbeConfig::default(), tick).expect("loading eBPF");
+    std::thread::sleep(Duration::from_millis(200));
+    let mut before = schedstat_ns(pid).unwrap();
+    p.drain().unwrap();
+    let (mut ours, mut truth, mut first) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..n {
+        std::thread::sleep(tick);
+        let now = schedstat_ns(pid).unwrap();
+        let raw = p.drain().unwrap();
+        ours.push(ns_of(&raw, pid));
+        truth.push(now - before);
+        before = now;
+        if raw.rows.first().map(|r| r.tgid) == Some(pid) {
+            first += 1;
+        }
+    }
+    (ours, truth, first)
+}
+
+// schedstat (the scheduler's sum_exec_runtime) only moves at scheduler ticks while a task keeps
+// running: 4 ms steps at HZ=250, so a single 50 ms interval of it is only good to about 8%.
+// Hence: per-interval agreement at 500 ms intervals, and at the default 50 ms the sum over 2 s.
+
+#[test]
+fn busy_child_ranks_first_and_matches_schedstat() {
+    if !privileged("busy_child_ranks_first_and_matches_schedstat") {
+        return;
+    }
+    let (ours, truth, first) = measure_busy(TICK, 40);
+    let (a, b): (u64, u64) = (ours.iter().sum(), truth.iter().sum());
+    let err = (a as f64 - b as f64).abs() / b as f64;
+    assert!(
+        err < 0.01,
+        "2 s at 50 ms intervals off by {:.2}% against schedstat ({a} vs {b})",
+        err * 100.0
+    );
+    assert!(
+        first >= 36,
+        "busy child ranked first in only {first}/40 intervals"
+    );
+}
+
+#[test]
+fn busy_child_per_interval_matches_schedstat() {
+    if !privileged("busy_child_per_interval_matches_schedstat") {
+        return;
+    }
+    let (ours, truth, first) = measure_busy(Duration::from_millis(500), 6);
+    for (o, t) in ours.iter().zip(&truth) {
+        let err = (*o as f64 - *t as f64).abs() / *t as f64;
+        assert!(
+            err < 0.02,
+            "interval off by {:.2}%: ebee-top {o} ns, schedstat {t} ns",
+            err * 100.0
+        );
+    }
+    assert_eq!(first, 6);
+}
+
+#[test]
+fn duty_cycles_rank_in_order() {
+    if !privileged("duty_cycles_rank_in_order") {
+        return;
+    }
+    let c90 = load(&["burn", "--duty", "0.9", "--period-ms", "10"]);
+    let c50 = load(&["burn", "--duty", "0.5", "--period-ms", "10"]);
+    let c20 = load(&["burn", "--duty", "0.2", "--period-ms", "10"]);
+    let mut p = probes(ProbeConfig::default());
+    std::thread::sleep(Duration::from_millis(300));
+    p.drain().unwrap();
+    let mut sums = [0u64; 3];
+    for _ in 0..30 {
+        std::thread::sleep(TICK);
+        let raw = p.drain().unwrap();
+        for (s, c) in sums.iter_mut().zip([&c90, &c50, &c20]) {
+            *s += ns_of(&raw, c.pid());
+        }
+    }
+    assert!(
+        sums[0] > sums[1] && sums[1] > sums[2] && sums[2] > 0,
+        "90/50/20% duty cycles measured as {sums:?} ns"
+    );
+    // And roughly in proportion: 1.5 s of wall time at 90% is about 1.35 s.
+    let total_ms = sums[0] as f64 / 1e6;
+    assert!(
+        (1000.0..1600.0).contains(&total_ms),
+        "90% child got {total_ms:.0} ms of 1500"
+    );
+}
+
+#[test]
+fn exited_process_leaves_the_ranking() {
+    if !privileged("exited_process_leaves_the_ranking") {
+        return;
+    }
+    let mut p = probes(ProbeConfig::default());
+    let child = load(&["burn", "--duty", "1.0", "--seconds", "0.3"]);
+    let pid = child.pid();
+    let mut seen = false;
+    let mut exit_seen = false;
+    let mut after_exit = Vec::new();
+    for _ in 0..20 {
+        std::thread::sleep(TICK);
+        let raw = p.drain().unwrap();
+        if exit_seen {
+            after_exit.push(ns_of(&raw, pid));
+        }
+        seen |= ns_of(&raw, pid) > 0;
+        exit_seen |= raw
+            .lifecycle
+            .iter()
+            .any(|e| e.tgid == pid && e.kind == ebee_shared::lifecycle::EVENT_EXIT);
+    }
+    drop(child);
+    assert!(seen, "the child never showed up");
+    assert!(exit_seen, "no exit event for the child");
+    assert!(after_exit.len() > 5);
+    assert!(
+        after_exit.iter().all(|ns| *ns == 0),
+        "the exited child was still charged: {after_exit:?}"
+    );
+}
+
+#[test]
+fn sketch_equals_exact_shadow_when_nothing_is_evicted() {
+    if !privileged("sketch_equals_exact_shadow_when_nothing_is_evicted") {
+        return;
+    }
+    let _a = load(&["burn", "--duty", "0.6", "--period-ms", "7"]);
+    let _b = load(&["burn", "--duty", "0.3", "--period-ms", "3"]);
+    let mut p = probes(ProbeConfig {
+        shadow: true,
+        trace: false,
+    });
+    let mut compared = 0;
+    for _ in 0..20 {
+        std::thread::sleep(TICK);
+        let raw = p.drain().unwrap();
+        let exact = raw.exact.as_ref().expect("shadow loaded");
+        assert_eq!(raw.shadow_full, 0);
+        if raw.evictions == 0 {
+            let mut a: Vec<(u32, u64)> = raw.rows.iter().map(|r| (r.tgid, r.ns)).collect();
+            let mut b: Vec<(u32, u64)> = exact.iter().map(|r| (r.tgid, r.ns)).collect();
+            a.sort_unstable();
+            b.sort_unstable();
+            assert_eq!(a, b, "sketch and shadow disagree without any eviction");
+            compared += 1;
+        }
+    }
+    assert!(
+        compared > 10,
+        "too few intervals without evictions: {compared}"
+    );
+}
+
+#[test]
+fn userspace_replay_of_the_trace_equals_the_kernel_sketch() {
+    if !privileged("userspace_replay_of_the_trace_equals_the_kernel_sketch") {
+        return;
+    }
+    let _mix = load(&[
+        "mix",
+        "--procs",
+        "40",
+        "--churn-per-s",
+        "100",
+        "--seconds",
+        "5",
+    ]);
+    let mut p = probes(ProbeConfig {
+        shadow: false,
+        trace: true,
+    });
+    let mut updates = 0;
+    for _ in 0..20 {
+        std::thread::sleep(TICK);
+        let raw = p.drain().unwrap();
+        assert_eq!(
+            raw.trace_lost, 0,
+            "trace records lost; the replay would be incomplete"
+        );
+        let kernel = raw.sketches.as_ref().expect("sketches with trace");
+        let trace: &Vec<CpuTrace> = raw.trace.as_ref().expect("trace");
+        let mut replay = vec![CpuSketch::default(); kernel.len()];
+        for rec in trace {
+            replay[rec.cpu as usize].add(rec.slot);
+        }
+        updates += trace.len();
+        for (cpu, (k, r)) in kernel.iter().zip(&replay).enumerate() {
+            assert_eq!(
+                k.stages, r.stages,
+                "cpu {cpu}: replay differs from the kernel"
+            );
+            assert_eq!(
+                (k.evicted_ns, k.evictions, k.updates),
+                (r.evicted_ns, r.evictions, r.updates)
+            );
+        }
+    }
+    assert!(updates > 1000, "only {updates} updates traced");
+}

@@ -1,0 +1,243 @@
+//! Benchmarks: each starts its workload, runs the measurement (as root where it loads eBPF),
+//! prints a table, and rewrites its own section of BENCHMARKS.md with the machine and command.
+
+use std::fmt::Write as _;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context as _, Result};
+use clap::Subcommand;
+use serde_json::Value;
+
+use crate::util::{self, output, root};
+
+#[derive(Subcommand)]
+pub enum Which {
+    /// Precision@k of the CPU sketch against the exact shadow, and a sweep of sketch shapes.
+    Precision {
+        /// Processes in the skewed workload.
+        #[arg(long, default_value_t = 200)]
+        procs: u32,
+        /// Short-lived processes started per second.
+        #[arg(long, default_value_t = 100)]
+        churn: u32,
+    },
+}
+
+pub fn run(which: Which) -> Result<()> {
+    crate::setup::setup(crate::setup::Needs {
+        test: false,
+        bench: true,
+    })?;
+    util::build_release()?;
+    match which {
+        Which::Precision { procs, churn } => precision(procs, churn),
+    }
+}
+
+/// Kills the workload when dropped.
+struct Workload(Child);
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn bin(name: &str) -> std::path::PathBuf {
+    root().join("target/release").join(name)
+}
+
+fn workload(args: &[&str]) -> Result<Workload> {
+    let c = Command::new(bin("ebee-load"))
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting ebee-load")?;
+    Ok(Workload(c))
+}
+
+/// Run ebee-bench as root and parse its JSON.
+fn ebee_bench(args: &[&str]) -> Result<Value> {
+    let mut cmd = if util::is_root() {
+        Command::new(bin("ebee-bench"))
+    } else {
+        let mut c = Command::new("sudo");
+        c.arg(bin("ebee-bench"));
+        c
+    };
+    let out = cmd.args(args).output().context("running ebee-bench")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "ebee-bench {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("parsing ebee-bench output")
+}
+
+/// One line describing the machine.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = output(Command::new("uname").arg("-r")).unwrap_or_default();
+    let ncpu = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024 / 1024);
+    format!("{cpu}, {ncpu} CPUs, {mem_gib} GiB, Linux {kernel}")
+}
+
+/// Replace the section `name` of BENCHMARKS.md (between its markers), appending it if new.
+pub fn write_section(name: &str, body: &str) -> Result<()> {
+    let path = root().join("BENCHMARKS.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        "# Benchmarks\n\nEvery table here is written by the command above it; rerun it to \
+         refresh. Timings are from the machine named in each section.\n"
+            .into()
+    });
+    let start = format!("<!-- bench:{name}:start -->");
+    let end = format!("<!-- bench:{name}:end -->");
+    let section = format!("{start}\n{body}{end}");
+    let new = match (text.find(&start), text.find(&end)) {
+        (Some(a), Some(b)) if b > a => {
+            format!("{}{}{}", &text[..a], section, &text[b + end.len()..])
+        }
+        _ => format!("{}\n{}\n", text.trim_end(), section),
+    };
+    std::fs::write(&path, new).context("writing BENCHMARKS.md")
+}
+
+fn pct(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.is_finite() => format!("{:.1}%", x * 100.0),
+        _ => "n/a".into(),
+    }
+}
+
+fn precision_row(p: &Value) -> String {
+    p.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| pct(&e["precision"]))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .unwrap_or_default()
+}
+
+fn precision(procs: u32, churn: u32) -> Result<()> {
+    let runs = [(50u64, 400u32), (1000, 20)];
+    let total_s: u64 = runs.iter().map(|(ms, n)| ms * u64::from(*n)).sum::<u64>() / 1000 + 20;
+    let _w = workload(&[
+        "mix",
+        "--procs",
+        &procs.to_string(),
+        "--churn-per-s",
+        &churn.to_string(),
+        "--seconds",
+        &total_s.to_string(),
+    ])?;
+    // Let every process start before measuring.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let mut body = String::new();
+    let cmd = format!("cargo xtask bench precision --procs {procs} --churn {churn}");
+    writeln!(body, "## CPU sketch precision\n")?;
+    writeln!(body, "Command: `{cmd}`  ")?;
+    writeln!(body, "Machine: {}  ", machine())?;
+    writeln!(
+        body,
+        "Workload: `ebee-load mix`: {procs} processes with Zipf-skewed duty cycles (process i \
+         burns about 90%/i of a core in 10-28 ms periods) plus {churn} short-lived processes per \
+         second (5-20 ms of CPU each). Precision@k per interval against the exact per-process \
+         shadow loaded beside the sketch, tie-aware (a reported process counts when its exact \
+         time is at least the exact k-th largest). The sweep replays the kernel's own update \
+         trace of the same intervals through the same `hashpipe::update` in userspace.\n"
+    )?;
+    for (ms, n) in runs {
+        let v = ebee_bench(&[
+            "precision",
+            "--interval-ms",
+            &ms.to_string(),
+            "--intervals",
+            &n.to_string(),
+        ])?;
+        let k = &v["kernel"];
+        writeln!(
+            body,
+            "### Interval {ms} ms ({n} intervals; {:.0} processes and {:.0} context switches per interval; {} evictions, {:.4}% of CPU time evicted)\n",
+            v["mean_processes_per_interval"].as_f64().unwrap_or(0.0),
+            v["switches_per_interval"].as_f64().unwrap_or(0.0),
+            v["evictions"],
+            v["evicted_share"].as_f64().unwrap_or(0.0) * 100.0
+        )?;
+        writeln!(
+            body,
+            "| sketch | stages x slots | bytes ({} CPUs, 2 intervals) | k=1 | k=5 | k=10 | k=20 | k=30 |",
+            v["ncpus"]
+        )?;
+        writeln!(body, "|---|---|---|---|---|---|---|---|")?;
+        writeln!(
+            body,
+            "| **kernel (default)** | {} x {} | {} | {} |",
+            k["stages"],
+            k["slots"],
+            k["sketch_bytes"],
+            precision_row(&k["precision"])
+        )?;
+        for s in v["sweep"].as_array().into_iter().flatten() {
+            writeln!(
+                body,
+                "| replay | {} x {} | {} | {} |",
+                s["stages"],
+                s["slots"],
+                s["sketch_bytes"],
+                precision_row(&s["precision"])
+            )?;
+        }
+        writeln!(body)?;
+        if ms == 50 {
+            writeln!(
+                body,
+                "Maps as the kernel charges them (`memlock`), this run (shadow and trace loaded for the benchmark; without `--exact` they are shrunk to one entry / one page):\n"
+            )?;
+            writeln!(
+                body,
+                "| map | type | value bytes | entries | memlock bytes |"
+            )?;
+            writeln!(body, "|---|---|---|---|---|")?;
+            for m in v["maps"].as_array().into_iter().flatten() {
+                writeln!(
+                    body,
+                    "| {} | {} | {} | {} | {} |",
+                    m["name"].as_str().unwrap_or(""),
+                    m["kind"].as_str().unwrap_or(""),
+                    m["value_size"],
+                    m["max_entries"],
+                    m["memlock"]
+                )?;
+            }
+            writeln!(body)?;
+        }
+        if v["trace_lost"].as_u64().unwrap_or(0) > 0 {
+            writeln!(
+                body,
+                "Warning: {} trace records were lost; the sweep rows undercount.\n",
+                v["trace_lost"]
+            )?;
+        }
+    }
+    print!("{body}");
+    write_section("precision", &body)
+}
