@@ -9,16 +9,24 @@ pub mod cpu;
 pub mod hashpipe;
 pub mod lifecycle;
 
-// SAFETY: plain `#[repr(C)]` integers and arrays without padding (sizes checked in tests), so
-// any byte pattern is a valid value and copying bytes in and out of maps is sound.
+/// aya's `Pod` for the types userspace reads from and writes to maps.
 #[cfg(feature = "user")]
 mod pod {
-    unsafe impl aya::Pod for crate::cpu::CpuSlot {}
-    unsafe impl aya::Pod for crate::cpu::CpuSketch {}
-    unsafe impl aya::Pod for crate::cpu::CpuState {}
-    unsafe impl aya::Pod for crate::cpu::CpuTrace {}
-    unsafe impl aya::Pod for crate::ctl::Ctl {}
-    unsafe impl aya::Pod for crate::lifecycle::LifecycleEvent {}
+    macro_rules! pod {
+        ($($t:ty),*) => {$(
+            // SAFETY: a `#[repr(C)]` struct of integers and integer arrays with no padding
+            // (sizes checked in tests): every byte pattern is a valid value.
+            unsafe impl aya::Pod for $t {}
+        )*};
+    }
+    pod!(
+        crate::cpu::CpuSlot,
+        crate::cpu::CpuSketch,
+        crate::cpu::CpuState,
+        crate::cpu::CpuTrace,
+        crate::ctl::Ctl,
+        crate::lifecycle::LifecycleEvent
+    );
 }
 
 /// Names of the maps in the eBPF object, so userspace never spells them twice.

@@ -1,6 +1,8 @@
 //! The real binary end to end: batch output, the JSON schema, privilege errors, signals, and
 //! that nothing stays loaded in the kernel after it exits.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -119,7 +121,7 @@ fn signals_end_a_batch_run_cleanly_and_nothing_stays_loaded() {
     }
     let before = ours(&loaded_program_names());
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        let mut c = Command::new(bin("ebee-top"))
+        let c = Command::new(bin("ebee-top"))
             .args(["-b", "--format", "json"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

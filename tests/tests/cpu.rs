@@ -1,6 +1,8 @@
 //! Privileged tests of the CPU pipeline on the real kernel: ranking, accuracy against
 //! /proc/PID/schedstat, exits, the sketch against its exact shadow and its userspace replay.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
+
 use std::time::Duration;
 
 use ebee_shared::cpu::{CpuSketch, CpuTrace};
