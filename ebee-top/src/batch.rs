@@ -53,8 +53,21 @@ pub struct Dropped {
     pub shadow_full: u64,
 }
 
-/// One closed interval.
+/// What ebee-top itself cost in the interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SelfCost {
+    /// CPU time of the ebee-top process (user + system, all threads).
+    pub cpu_ns: u64,
+    /// Run time of its eBPF programs (kernel BPF stats); None when stats are off.
+    pub bpf_ns: Option<u64>,
+    /// Number of eBPF program runs; None when stats are off.
+    pub bpf_runs: Option<u64>,
+}
+
+/// One closed interval. Fields added later carry `#[serde(default)]` through the struct-level
+/// default, so older recordings still read.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Batch {
     /// Interval number since the source started, from 1.
     pub seq: u64,
@@ -77,7 +90,10 @@ pub struct Batch {
     pub procs: Vec<ProcInfo>,
     /// Processes that ended in the interval.
     pub exits: Vec<Exit>,
+    /// Processes pinned for detailed tracking (QoS) during the interval.
+    pub pinned: Vec<u32>,
     pub dropped: Dropped,
+    pub cost: SelfCost,
 }
 
 impl Batch {

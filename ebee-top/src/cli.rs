@@ -44,6 +44,11 @@ pub struct Cli {
     #[arg(long)]
     pub exact: bool,
 
+    /// Do not turn on the kernel's BPF run-time statistics (they cost two clock reads per
+    /// program run); ebee-top's own eBPF cost then shows as unknown.
+    #[arg(long)]
+    pub no_bpf_stats: bool,
+
     /// Load the programs, print every eBPF map with the memory the kernel charges for it, and
     /// exit.
     #[arg(long)]

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::batch::Dropped;
+use crate::batch::{Dropped, SelfCost};
 use crate::model::{CpuEntry, Model};
 
 #[derive(Serialize)]
@@ -28,6 +28,7 @@ struct JsonLine<'a> {
     cpu_exact: Option<Vec<JsonCpu<'a>>>,
     exited: Vec<u32>,
     dropped: &'a Dropped,
+    cost: &'a SelfCost,
 }
 
 fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
@@ -58,6 +59,7 @@ pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         cpu_exact: exact.as_deref().map(json_rows),
         exited: b.exits.iter().map(|e| e.pid).collect(),
         dropped: &b.dropped,
+        cost: &b.cost,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")

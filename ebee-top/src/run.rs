@@ -17,6 +17,7 @@ fn probe_config(cli: &Cli) -> ProbeConfig {
     ProbeConfig {
         shadow: cli.exact,
         trace: false,
+        bpf_stats: !cli.no_bpf_stats,
     }
 }
 

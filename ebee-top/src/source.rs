@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use ebee_shared::lifecycle::{EVENT_EXEC, EVENT_EXIT};
 
-use crate::batch::{Batch, CpuRow, Dropped, Exit};
+use crate::batch::{Batch, CpuRow, Dropped, Exit, SelfCost};
 use crate::probes::{CpuCharge, ProbeConfig, Probes};
 use crate::procinfo::{ProcCache, comm_str};
 
@@ -16,6 +16,8 @@ pub trait Source {
     fn next_batch(&mut self) -> anyhow::Result<Option<Batch>>;
     /// Change the interval length (live sources only; others ignore it).
     fn set_interval(&mut self, interval: Duration) -> anyhow::Result<()>;
+    /// Set the processes pinned for detailed tracking (live sources only).
+    fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()>;
 }
 
 /// The kernel, drained every `interval`.
@@ -26,6 +28,27 @@ pub struct Live {
     deadline: Instant,
     seq: u64,
     lifecycle_lost: u64,
+    pins: Vec<u32>,
+    cost: CostMeter,
+}
+
+/// Differences of ebee-top's own CPU clock and of its programs' BPF run time between ticks.
+struct CostMeter {
+    cpu_ns: u64,
+    bpf: crate::probes::ProgStats,
+}
+
+/// CPU time of this process (all threads), ns.
+fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_PROCESS_CPUTIME_ID always exists on Linux.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl Live {
@@ -42,6 +65,11 @@ impl Live {
             deadline: Instant::now() + interval,
             seq: 0,
             lifecycle_lost: 0,
+            pins: Vec::new(),
+            cost: CostMeter {
+                cpu_ns: process_cpu_ns(),
+                bpf: crate::probes::ProgStats::default(),
+            },
         })
     }
 
@@ -109,6 +137,22 @@ impl Source for Live {
         let procs = pids.into_iter().map(|p| self.procs.get(p)).collect();
         self.procs.end_interval();
 
+        let cpu_now = process_cpu_ns();
+        let bpf_now = self.probes.prog_stats();
+        let cost = SelfCost {
+            cpu_ns: cpu_now.saturating_sub(self.cost.cpu_ns),
+            bpf_ns: bpf_now
+                .enabled
+                .then(|| bpf_now.run_ns.saturating_sub(self.cost.bpf.run_ns)),
+            bpf_runs: bpf_now
+                .enabled
+                .then(|| bpf_now.run_count.saturating_sub(self.cost.bpf.run_count)),
+        };
+        self.cost = CostMeter {
+            cpu_ns: cpu_now,
+            bpf: bpf_now,
+        };
+
         let batch = Batch {
             seq: self.seq,
             t_ms: SystemTime::now()
@@ -124,6 +168,7 @@ impl Source for Live {
             cpu_exact,
             procs,
             exits,
+            pinned: self.pins.clone(),
             dropped: Dropped {
                 sketch_evicted_ns: raw.evicted_ns,
                 sketch_evictions: raw.evictions,
@@ -131,9 +176,15 @@ impl Source for Live {
                 handshake_timeouts: raw.handshake_timeouts,
                 shadow_full: raw.shadow_full,
             },
+            cost,
         };
         self.lifecycle_lost = raw.lifecycle_lost;
         Ok(Some(batch))
+    }
+
+    fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()> {
+        self.pins = pids.to_vec();
+        Ok(())
     }
 
     fn set_interval(&mut self, interval: Duration) -> anyhow::Result<()> {

@@ -159,6 +159,7 @@ fn sketch_equals_exact_shadow_when_nothing_is_evicted() {
     let mut p = probes(ProbeConfig {
         shadow: true,
         trace: false,
+        ..Default::default()
     });
     let mut compared = 0;
     for _ in 0..20 {
@@ -198,6 +199,7 @@ fn userspace_replay_of_the_trace_equals_the_kernel_sketch() {
     let mut p = probes(ProbeConfig {
         shadow: false,
         trace: true,
+        ..Default::default()
     });
     let mut updates = 0;
     for _ in 0..20 {

@@ -52,6 +52,9 @@ pub struct ProbeConfig {
     pub shadow: bool,
     /// Record every sketch update in a ring buffer (replay tests, precision sweeps).
     pub trace: bool,
+    /// Turn on the kernel's BPF run-time statistics while loaded, to report our programs'
+    /// own cost (adds two clock reads to every program run).
+    pub bpf_stats: bool,
 }
 
 /// The loaded and attached programs with their maps.
@@ -65,6 +68,8 @@ pub struct Probes {
     lifecycle: lifecycle::LifecycleReader,
     ncpus: usize,
     bins: BinCfg,
+    /// Held open while BPF run-time statistics should stay on.
+    stats: Option<std::os::fd::OwnedFd>,
 }
 
 /// True when `e` (or anything it wraps) is an EPERM/EACCES from the kernel.
@@ -210,7 +215,14 @@ impl Probes {
             prog.attach().map_err(classify(name))?;
         }
 
+        // Run-time stats are best effort: without them the cost shows as unknown.
+        let stats = if cfg.bpf_stats {
+            aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
+        } else {
+            None
+        };
         Ok(Self {
+            stats,
             _ebpf: ebpf,
             flip: flipper,
             ctl,
@@ -300,6 +312,8 @@ pub struct MapMem {
 /// One program's cumulative run time (kernel BPF stats, when enabled).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProgStats {
+    /// Whether the kernel is collecting them for us.
+    pub enabled: bool,
     pub run_ns: u64,
     pub run_count: u64,
 }
@@ -341,7 +355,10 @@ impl Probes {
 
     /// Total run time of our attached programs since load (zero unless BPF stats are on).
     pub fn prog_stats(&self) -> ProgStats {
-        let mut s = ProgStats::default();
+        let mut s = ProgStats {
+            enabled: self.stats.is_some(),
+            ..Default::default()
+        };
         for (_, prog) in self._ebpf.programs() {
             if let Ok(info) = prog.info() {
                 s.run_ns += info.run_time().as_nanos() as u64;

@@ -130,6 +130,7 @@ fn precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_json::Val
         ProbeConfig {
             shadow: true,
             trace: true,
+            ..Default::default()
         },
         tick,
     )?;
