@@ -141,3 +141,107 @@ mod tests {
         assert_eq!(s[1][0], T { k: 1, w: 100 });
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    struct T {
+        k: u32,
+        w: u64,
+    }
+    impl Slot for T {
+        fn key(&self) -> u32 {
+            self.k
+        }
+        fn weight(&self) -> u64 {
+            self.w
+        }
+        fn merge(&mut self, o: &Self) {
+            self.w += o.w;
+        }
+    }
+
+    fn run<const D: usize, const W: usize>(stream: &[(u32, u64)]) -> ([[T; W]; D], u64) {
+        let mut s = [[T::default(); W]; D];
+        let mut dropped = 0;
+        for &(k, w) in stream {
+            if let Some(out) = update(&mut s, T { k, w }) {
+                dropped += out.w;
+            }
+        }
+        (s, dropped)
+    }
+
+    fn estimate<const D: usize, const W: usize>(s: &[[T; W]; D], k: u32) -> u64 {
+        s.iter().flatten().filter(|t| t.k == k).map(|t| t.w).sum()
+    }
+
+    fn truth(stream: &[(u32, u64)], k: u32) -> u64 {
+        stream.iter().filter(|(x, _)| *x == k).map(|(_, w)| w).sum()
+    }
+
+    /// Streams of (pid, ns) over a small key space so collisions are frequent.
+    fn streams(keys: u32) -> impl Strategy<Value = Vec<(u32, u64)>> {
+        prop::collection::vec((1..=keys, 1u64..1_000_000), 0..600)
+    }
+
+    proptest! {
+        #[test]
+        fn never_overestimates_and_conserves_weight(stream in streams(64)) {
+            let (s, dropped) = run::<3, 8>(&stream);
+            let total: u64 = stream.iter().map(|(_, w)| w).sum();
+            let kept: u64 = s.iter().flatten().map(|t| t.w).sum();
+            // Nothing is created or lost without being counted.
+            prop_assert_eq!(kept + dropped, total);
+            for k in 1..=64 {
+                prop_assert!(estimate(&s, k) <= truth(&stream, k));
+            }
+        }
+
+        #[test]
+        fn a_key_heavier_than_all_others_together_is_reported(
+            others in streams(200),
+            heavy_chunks in prop::collection::vec(1u64..1_000_000, 1..50),
+            seed in any::<u64>(),
+        ) {
+            // Interleave the heavy key's chunks with the others in a random order, and make it
+            // heavier than the sum of all other keys.
+            let heavy = 1_000_000u32;
+            let others_total: u64 = others.iter().map(|(_, w)| w).sum();
+            let mut stream: Vec<(u32, u64)> = others.clone();
+            let chunk_total: u64 = heavy_chunks.iter().sum();
+            let scale = others_total / chunk_total + 1;
+            let mut x = seed | 1;
+            for c in &heavy_chunks {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                let at = (x % (stream.len() as u64 + 1)) as usize;
+                stream.insert(at, (heavy, c * scale));
+            }
+            prop_assert!(truth(&stream, heavy) > others_total);
+            let (s, _) = run::<4, 16>(&stream);
+            prop_assert!(estimate(&s, heavy) > 0, "heavy key lost");
+            // And it is the top key of the sketch.
+            let top = (1..=200).map(|k| estimate(&s, k)).max().unwrap_or(0);
+            prop_assert!(estimate(&s, heavy) > top);
+        }
+
+        #[test]
+        fn exact_when_keys_fit_in_the_first_stage(stream in streams(1000)) {
+            // With fewer distinct keys than slots and no collisions, the sketch is exact.
+            let (s, dropped) = run::<2, 4096>(&stream);
+            let mut keys: Vec<u32> = stream.iter().map(|(k, _)| *k).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let idx: std::collections::HashSet<usize> =
+                keys.iter().map(|k| index(*k, 0, 4096)).collect();
+            prop_assume!(idx.len() == keys.len());
+            prop_assert_eq!(dropped, 0);
+            for k in keys {
+                prop_assert_eq!(estimate(&s, k), truth(&stream, k));
+            }
+        }
+    }
+}
