@@ -21,6 +21,13 @@ pub enum Which {
         #[arg(long, default_value_t = 100)]
         churn: u32,
     },
+    /// Added cost per context switch of the CPU pipeline: a pipe ping-pong pinned to one CPU,
+    /// with no monitor and with ebee-top in several configurations.
+    Switch {
+        /// Runs of each configuration (the median is reported).
+        #[arg(long, default_value_t = 7)]
+        runs: u32,
+    },
 }
 
 pub fn run(which: Which) -> Result<()> {
@@ -31,6 +38,7 @@ pub fn run(which: Which) -> Result<()> {
     util::build_release()?;
     match which {
         Which::Precision { procs, churn } => precision(procs, churn),
+        Which::Switch { runs } => switch(runs),
     }
 }
 
@@ -240,4 +248,118 @@ fn precision(procs: u32, churn: u32) -> Result<()> {
     }
     print!("{body}");
     write_section("precision", &body)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Start ebee-top in batch JSON mode as root; its stdout goes to `out`.
+fn monitor(args: &[&str], out: &std::path::Path) -> Result<Workload> {
+    let file = std::fs::File::create(out).context("creating monitor output")?;
+    let mut cmd = if util::is_root() {
+        Command::new(bin("ebee-top"))
+    } else {
+        let mut c = Command::new("sudo");
+        c.arg(bin("ebee-top"));
+        c
+    };
+    let c = cmd
+        .args(["-b", "--format", "json"])
+        .args(args)
+        .stdout(file)
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting ebee-top")?;
+    // Let it load and attach.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    Ok(Workload(c))
+}
+
+fn pingpong() -> Result<f64> {
+    let s = output(Command::new(bin("ebee-load")).args([
+        "pingpong",
+        "--round-trips",
+        "300000",
+        "--cpu",
+        "1",
+    ]))
+    .context("ebee-load pingpong failed")?;
+    s.parse().context("parsing pingpong output")
+}
+
+fn switch(runs: u32) -> Result<()> {
+    let configs: [(&str, Option<&[&str]>); 4] = [
+        ("no monitor", None),
+        ("ebee-top (default: BPF stats on)", Some(&[])),
+        ("ebee-top --no-bpf-stats", Some(&["--no-bpf-stats"])),
+        (
+            "ebee-top --exact --no-bpf-stats",
+            Some(&["--exact", "--no-bpf-stats"]),
+        ),
+    ];
+    let tmp = std::env::temp_dir().join("ebee-bench-switch.jsonl");
+    let mut results: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    let (mut bpf_ns, mut bpf_runs) = (0u64, 0u64);
+    for _ in 0..runs {
+        for (i, (_, args)) in configs.iter().enumerate() {
+            let m = match args {
+                Some(a) => Some(monitor(a, &tmp)?),
+                None => None,
+            };
+            results[i].push(pingpong()?);
+            drop(m);
+            if i == 1 {
+                for l in std::fs::read_to_string(&tmp).unwrap_or_default().lines() {
+                    if let Ok(v) = serde_json::from_str::<Value>(l) {
+                        bpf_ns += v["cost"]["bpf_ns"].as_u64().unwrap_or(0);
+                        bpf_runs += v["cost"]["bpf_runs"].as_u64().unwrap_or(0);
+                    }
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&tmp);
+    let base = median(results[0].clone());
+    let mut body = String::new();
+    writeln!(body, "## Cost per context switch (CPU pipeline)\n")?;
+    writeln!(body, "Command: `cargo xtask bench switch --runs {runs}`  ")?;
+    writeln!(body, "Machine: {}  ", machine())?;
+    writeln!(
+        body,
+        "Workload: `ebee-load pingpong`: two processes pinned to CPU 1 bounce a byte through two \
+         pipes, 300,000 round trips (600,000 context switches) per run; ns per switch = elapsed / \
+         switches, median of {runs} runs, configurations interleaved. ebee-top runs in batch mode \
+         at the default 50 ms interval.\n"
+    )?;
+    writeln!(
+        body,
+        "| configuration | ns per switch | added ns per switch |"
+    )?;
+    writeln!(body, "|---|---|---|")?;
+    for (i, (name, _)) in configs.iter().enumerate() {
+        let m = median(results[i].clone());
+        writeln!(
+            body,
+            "| {name} | {m:.0} | {} |",
+            if i == 0 {
+                "-".into()
+            } else {
+                format!("{:+.0}", m - base)
+            }
+        )?;
+    }
+    if bpf_runs > 0 {
+        writeln!(
+            body,
+            "\nKernel BPF statistics during the default runs: {bpf_runs} program runs, {:.0} ns \
+             per run on average (the program body as the kernel times it; the table's added cost \
+             also includes the tracepoint trampoline and the statistics' own clock reads).",
+            bpf_ns as f64 / bpf_runs as f64
+        )?;
+    }
+    writeln!(body)?;
+    print!("{body}");
+    write_section("switch", &body)
 }

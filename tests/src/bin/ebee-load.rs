@@ -32,6 +32,15 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<f64>,
     },
+    /// Two processes bounce a byte through a pair of pipes on one CPU; prints the mean ns per
+    /// context switch (elapsed / (2 * round trips)) on stdout.
+    Pingpong {
+        #[arg(long, default_value_t = 200_000)]
+        round_trips: u64,
+        /// CPU to pin both processes to.
+        #[arg(long, default_value_t = 1)]
+        cpu: usize,
+    },
     /// Start `procs` burners with Zipf-skewed duty cycles (process i burns about
     /// `top_duty / i^skew`), plus `churn_per_s` short-lived processes per second that burn
     /// 5-20 ms each and exit.
@@ -141,6 +150,48 @@ fn mix(procs: u32, top_duty: f64, skew: f64, churn_per_s: u32, seconds: f64) {
     }
 }
 
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET and sched_setaffinity on ourselves.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn pingpong(round_trips: u64, cpu: usize) {
+    let mut a = [0i32; 2];
+    let mut b = [0i32; 2];
+    // SAFETY: pipe() fills the arrays; fork in a single-threaded process; the child only
+    // reads and writes its pipe ends and _exits.
+    unsafe {
+        if libc::pipe(a.as_mut_ptr()) != 0 || libc::pipe(b.as_mut_ptr()) != 0 {
+            eprintln!("ebee-load: pipe failed");
+            std::process::exit(1);
+        }
+        pin_to_cpu(cpu);
+        let mut byte = 0u8;
+        let p = (&mut byte as *mut u8).cast::<libc::c_void>();
+        if libc::fork() == 0 {
+            for _ in 0..round_trips {
+                if libc::read(a[0], p, 1) != 1 || libc::write(b[1], p, 1) != 1 {
+                    break;
+                }
+            }
+            libc::_exit(0);
+        }
+        let t = Instant::now();
+        for _ in 0..round_trips {
+            if libc::write(a[1], p, 1) != 1 || libc::read(b[0], p, 1) != 1 {
+                break;
+            }
+        }
+        let ns = t.elapsed().as_nanos() as f64 / (2.0 * round_trips as f64);
+        libc::wait(std::ptr::null_mut());
+        println!("{ns:.1}");
+    }
+}
+
 fn main() {
     let args = Args::parse();
     match args.cmd {
@@ -160,6 +211,7 @@ fn main() {
                 burn_until(Instant::now() + Duration::from_millis(burst_ms));
             }
         }
+        Cmd::Pingpong { round_trips, cpu } => pingpong(round_trips, cpu),
         Cmd::Mix {
             procs,
             top_duty,
