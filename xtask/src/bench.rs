@@ -28,6 +28,12 @@ pub enum Which {
         #[arg(long, default_value_t = 7)]
         runs: u32,
     },
+    /// Cost at scale beside top and htop, short-lived process storms, burst resolution.
+    Scale {
+        /// Seconds each monitor is measured for, per process count.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
 }
 
 pub fn run(which: Which) -> Result<()> {
@@ -39,11 +45,12 @@ pub fn run(which: Which) -> Result<()> {
     match which {
         Which::Precision { procs, churn } => precision(procs, churn),
         Which::Switch { runs } => switch(runs),
+        Which::Scale { seconds } => crate::scale::run(seconds),
     }
 }
 
 /// Kills the workload when dropped.
-struct Workload(Child);
+pub struct Workload(pub Child);
 impl Drop for Workload {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -51,11 +58,11 @@ impl Drop for Workload {
     }
 }
 
-fn bin(name: &str) -> std::path::PathBuf {
+pub fn bin(name: &str) -> std::path::PathBuf {
     root().join("target/release").join(name)
 }
 
-fn workload(args: &[&str]) -> Result<Workload> {
+pub fn workload(args: &[&str]) -> Result<Workload> {
     let c = Command::new(bin("ebee-load"))
         .args(args)
         .stdin(Stdio::null())
@@ -65,7 +72,7 @@ fn workload(args: &[&str]) -> Result<Workload> {
 }
 
 /// Run ebee-bench as root and parse its JSON.
-fn ebee_bench(args: &[&str]) -> Result<Value> {
+pub fn ebee_bench(args: &[&str]) -> Result<Value> {
     let mut cmd = if util::is_root() {
         Command::new(bin("ebee-bench"))
     } else {
@@ -250,7 +257,7 @@ fn precision(procs: u32, churn: u32) -> Result<()> {
     write_section("precision", &body)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }

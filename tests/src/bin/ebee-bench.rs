@@ -28,6 +28,14 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         intervals: u32,
     },
+    /// Burst resolution: watch `pid` for `seconds` at the default interval and report every
+    /// burst (a run of non-empty 10 ms bins) with its on-CPU time and span.
+    Bursts {
+        #[arg(long)]
+        pid: u32,
+        #[arg(long)]
+        seconds: f64,
+    },
 }
 
 const KS: [usize; 5] = [1, 5, 10, 20, 30];
@@ -196,6 +204,48 @@ fn precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_json::Val
     }))
 }
 
+fn bursts(pid: u32, seconds: f64) -> anyhow::Result<serde_json::Value> {
+    use ebee_top::source::{Live, Source};
+    let mut live = Live::start(ProbeConfig::default(), Duration::from_millis(50))?;
+    let stop = Instant::now() + Duration::from_secs_f64(seconds);
+    // (bin width, bins) of every interval, in order: bursts may straddle intervals.
+    let mut bins: Vec<(u64, u64)> = Vec::new();
+    while Instant::now() < stop {
+        let Some(b) = live.next_batch()? else { break };
+        let n = b.interval_ns().div_ceil(b.bin_width_ns.max(1)) as usize;
+        let row = b.cpu.iter().find(|r| r.pid == pid);
+        for i in 0..n {
+            let v = row.and_then(|r| r.bins.get(i)).copied().unwrap_or(0);
+            // The last bin of an interval is partial; carry its true width.
+            let w = if i + 1 == n {
+                b.interval_ns() - b.bin_width_ns * (n as u64 - 1)
+            } else {
+                b.bin_width_ns
+            };
+            bins.push((w, v));
+        }
+    }
+    let mut out = Vec::new();
+    let mut cur: Option<(u64, u32, u64)> = None; // (ns, bins, span ns)
+    for (w, v) in bins {
+        match (&mut cur, v > 0) {
+            (Some(c), true) => {
+                c.0 += v;
+                c.1 += 1;
+                c.2 += w;
+            }
+            (None, true) => cur = Some((v, 1, w)),
+            (Some(_), false) => {
+                if let Some((ns, n, span)) = cur.take() {
+                    out.push(json!({"cpu_ns": ns, "bins": n, "span_ns": span}));
+                }
+            }
+            (None, false) => {}
+        }
+    }
+    Ok(json!({"bursts": out}))
+}
+
 fn main() {
     let args = Args::parse();
     let r = match args.cmd {
@@ -203,6 +253,7 @@ fn main() {
             interval_ms,
             intervals,
         } => precision(interval_ms, intervals),
+        Cmd::Bursts { pid, seconds } => bursts(pid, seconds),
     };
     match r {
         Ok(v) => println!("{v}"),

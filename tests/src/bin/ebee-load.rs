@@ -32,6 +32,20 @@ enum Cmd {
         #[arg(long)]
         seconds: Option<f64>,
     },
+    /// Start `procs` processes that sleep until killed (and stay until this process is killed).
+    Idle {
+        #[arg(long)]
+        procs: u32,
+    },
+    /// A storm of short-lived processes: `per_s` per second, each burning 5-20 ms of CPU and
+    /// exiting, named `ebee-storm`. On exit prints the CPU time the storm used in total (ns,
+    /// from getrusage(RUSAGE_CHILDREN), the kernel's own accounting) on stdout.
+    Storm {
+        #[arg(long, default_value_t = 500)]
+        per_s: u32,
+        #[arg(long)]
+        seconds: f64,
+    },
     /// Two processes bounce a byte through a pair of pipes on one CPU; prints the mean ns per
     /// context switch (elapsed / (2 * round trips)) on stdout.
     Pingpong {
@@ -192,6 +206,75 @@ fn pingpong(round_trips: u64, cpu: usize) {
     }
 }
 
+fn idle(procs: u32) {
+    let mut pids = Vec::new();
+    for _ in 0..procs {
+        // SAFETY: fork in a single-threaded process; the child only pauses until killed.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            loop {
+                // SAFETY: pause has no preconditions.
+                unsafe { libc::pause() };
+            }
+        }
+        if pid > 0 {
+            pids.push(pid);
+        }
+    }
+    eprintln!("ebee-load: {} idle processes", pids.len());
+    // Wait for a signal; the children die with us through the process group kill in the
+    // benchmark, or here when we get SIGTERM.
+    // SAFETY: plain signal/wait calls.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+        libc::pause();
+        for p in &pids {
+            libc::kill(*p, libc::SIGKILL);
+        }
+        while libc::wait(std::ptr::null_mut()) > 0 {}
+    }
+}
+
+extern "C" fn on_term(_: libc::c_int) {}
+
+fn storm(per_s: u32, seconds: f64) {
+    let stop = Instant::now() + Duration::from_secs_f64(seconds);
+    let gap = Duration::from_secs(1) / per_s.max(1);
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let mut next = Instant::now();
+    let mut started = 0u64;
+    while Instant::now() < stop {
+        if Instant::now() >= next {
+            let ms = 5 + rng.next() % 16;
+            // SAFETY: fork in a single-threaded process; the child names itself, spins, _exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: PR_SET_NAME with a NUL-terminated name.
+                unsafe { libc::prctl(libc::PR_SET_NAME, c"ebee-storm".as_ptr()) };
+                burn_until(Instant::now() + Duration::from_millis(ms));
+                // SAFETY: leave without the parent's exit handlers.
+                unsafe { libc::_exit(0) };
+            }
+            started += 1;
+            next += gap;
+        }
+        // SAFETY: reap finished children.
+        while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // SAFETY: reap the rest.
+    while unsafe { libc::wait(std::ptr::null_mut()) } > 0 {}
+    // SAFETY: a valid out-pointer.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    eprintln!("ebee-load: storm started {started} processes");
+    println!("{}", tv(ru.ru_utime) + tv(ru.ru_stime));
+}
+
 fn main() {
     let args = Args::parse();
     match args.cmd {
@@ -212,6 +295,8 @@ fn main() {
             }
         }
         Cmd::Pingpong { round_trips, cpu } => pingpong(round_trips, cpu),
+        Cmd::Idle { procs } => idle(procs),
+        Cmd::Storm { per_s, seconds } => storm(per_s, seconds),
         Cmd::Mix {
             procs,
             top_duty,
