@@ -30,7 +30,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 #[inline(always)]
 unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<(), ()> {
     let st = CPU_STATE.get_ptr_mut(0).ok_or(())?;
-    // Mark this CPU busy before reading the epoch. An atomic add is a full barrier, so a flip
+    // Mark this CPU busy before reading the epoch. A fetch-add is a full barrier, so a flip
     // that this program does not see is ordered after this mark, and userspace waits for it.
     // SAFETY: `st` points at this CPU's value of a per-CPU array; only this CPU writes it and
     // the program cannot nest on one CPU.
@@ -143,14 +143,16 @@ pub fn flip(_ctx: RawTracePointContext) -> i32 {
     let now = crate::now_ns();
     let new = (now & !1) | ((old & 1) ^ 1);
     // BPF has no plain atomic store; as the only writer, adding the difference atomically
-    // replaces the word in one 8-byte locked operation (and is a full barrier).
+    // replaces the word in one 8-byte operation (and is a full barrier).
     // SAFETY: as above; an aligned u64 inside the map value.
     unsafe { atomic_add(&raw mut (*c).epoch, new.wrapping_sub(old)) };
     0
 }
 
-/// `*p += v` as one BPF atomic add (a `lock add` on x86: a full memory barrier). Rust's core
-/// offers no read-modify-write atomics on the BPF target, so this is the instruction itself.
+/// `*p += v` as one BPF atomic fetch-and-add. The fetch variants are fully ordered in the BPF
+/// memory model (a `lock xadd` on x86, an `ldaddal` on arm64), which the seq handshake and the
+/// flip rely on. Rust's core offers no read-modify-write atomics on the BPF target, so this is
+/// the instruction itself.
 ///
 /// # Safety
 /// `p` must be a valid, 8-byte aligned pointer into a map value.
@@ -159,9 +161,9 @@ unsafe fn atomic_add(p: *mut u64, v: u64) {
     // SAFETY: the caller guarantees `p`; the instruction touches only `*p`.
     unsafe {
         core::arch::asm!(
-            "lock *(u64 *)({p} + 0) += {v}",
+            "{v} = atomic_fetch_add((u64 *)({p} + 0), {v})",
             p = in(reg) p,
-            v = in(reg) v,
+            v = inout(reg) v => _,
             options(nostack),
         )
     }
