@@ -83,10 +83,42 @@ pub fn ebee_top(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// Names of the eBPF programs loaded on the machine (kernel truncates them to 15 bytes).
-pub fn loaded_program_names() -> Vec<String> {
+/// Ids of the eBPF programs and maps a process holds open (from /proc/PID/fdinfo), so a test
+/// can check exactly those are gone later, whatever else runs on the machine.
+pub fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
+    let (mut progs, mut maps) = (Vec::new(), Vec::new());
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return (progs, maps);
+    };
+    for e in dir.flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        for l in text.lines() {
+            if let Some(v) = l.strip_prefix("prog_id:") {
+                progs.extend(v.trim().parse::<u32>().ok());
+            } else if let Some(v) = l.strip_prefix("map_id:") {
+                maps.extend(v.trim().parse::<u32>().ok());
+            }
+        }
+    }
+    progs.sort_unstable();
+    progs.dedup();
+    maps.sort_unstable();
+    maps.dedup();
+    (progs, maps)
+}
+
+/// Ids of every eBPF program loaded on the machine.
+pub fn loaded_program_ids() -> Vec<u32> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
-        .map(|p| p.name_as_str().unwrap_or("").to_owned())
+        .map(|p| p.id())
+        .collect()
+}
+
+/// Ids of every eBPF map on the machine.
+pub fn loaded_map_ids() -> Vec<u32> {
+    aya::maps::loaded_maps()
+        .filter_map(Result::ok)
+        .map(|m| m.id())
         .collect()
 }

@@ -6,14 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ebee_tests::{bin, ebee_top, load, loaded_program_names, privileged};
-
-fn ours(names: &[String]) -> usize {
-    names
-        .iter()
-        .filter(|n| ["sched_switch", "flip", "sched_process_e"].contains(&n.as_str()))
-        .count()
-}
+use ebee_tests::{bin, bpf_ids_of, ebee_top, load, loaded_map_ids, loaded_program_ids, privileged};
 
 #[test]
 fn json_lines_follow_the_schema() {
@@ -28,13 +21,15 @@ fn json_lines_follow_the_schema() {
     assert_eq!(lines.len(), 5);
     let mut prev_t = 0;
     let mut busy_first = 0;
+    let mut intervals = Vec::new();
     for l in lines {
         let v: serde_json::Value = serde_json::from_str(l).expect("each line is JSON");
         let t = v["t_ms"].as_u64().expect("t_ms: u64");
         assert!(t >= prev_t);
         prev_t = t;
         let iv = v["interval_ms"].as_u64().expect("interval_ms: u64");
-        assert!((40..=70).contains(&iv), "interval_ms {iv}");
+        assert!(iv >= 40, "interval_ms {iv} shorter than -d 0.05");
+        intervals.push(iv);
         let cpu = v["cpu"].as_array().expect("cpu: array");
         assert!(cpu.len() <= 3);
         for r in cpu {
@@ -119,21 +114,37 @@ fn signals_end_a_batch_run_cleanly_and_nothing_stays_loaded() {
     if !privileged("signals_end_a_batch_run_cleanly_and_nothing_stays_loaded") {
         return;
     }
-    let before = ours(&loaded_program_names());
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        let c = Command::new(bin("ebee-top"))
+        let mut c = Command::new(bin("ebee-top"))
             .args(["-b", "--format", "json"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(600));
+        // Wait until it is running for real: three intervals printed.
+        let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+        let mut lines = Vec::new();
+        while lines.len() < 3 {
+            let mut l = String::new();
+            if std::io::BufRead::read_line(&mut out, &mut l).unwrap() == 0 {
+                break;
+            }
+            lines.push(l);
+        }
+        assert_eq!(
+            lines.len(),
+            3,
+            "ebee-top stopped printing before the signal"
+        );
+        let (progs, maps) = bpf_ids_of(c.id());
         assert!(
-            ours(&loaded_program_names()) > before,
-            "programs are loaded while running"
+            progs.len() >= 4 && maps.len() >= 5,
+            "loaded while running: {progs:?} {maps:?}"
         );
         // SAFETY: signalling our own child.
         unsafe { libc::kill(c.id() as i32, sig) };
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
         let o = c.wait_with_output().unwrap();
         assert_eq!(
             o.status.code(),
@@ -141,15 +152,23 @@ fn signals_end_a_batch_run_cleanly_and_nothing_stays_loaded() {
             "signal {sig}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(out.lines().count() >= 5, "it ran: {out}");
-        for l in out.lines() {
-            serde_json::from_str::<serde_json::Value>(l).expect("no torn line at exit");
+        for l in lines.iter().map(String::as_str).chain(rest.lines()) {
+            serde_json::from_str::<serde_json::Value>(l.trim_end()).expect("no torn line at exit");
         }
-        assert_eq!(
-            ours(&loaded_program_names()),
-            before,
-            "programs left after signal {sig}"
-        );
+        // The kernel frees programs and maps once their last reference goes; give it a moment.
+        std::thread::sleep(Duration::from_millis(200));
+        let (live_p, live_m) = (loaded_program_ids(), loaded_map_ids());
+        let left: Vec<u32> = progs
+            .iter()
+            .filter(|p| live_p.contains(p))
+            .copied()
+            .collect();
+        assert!(left.is_empty(), "programs {left:?} left after signal {sig}");
+        let left: Vec<u32> = maps
+            .iter()
+            .filter(|m| live_m.contains(m))
+            .copied()
+            .collect();
+        assert!(left.is_empty(), "maps {left:?} left after signal {sig}");
     }
 }
