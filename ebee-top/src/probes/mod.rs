@@ -9,6 +9,7 @@ pub mod btf;
 pub mod cpu;
 mod flip;
 pub mod lifecycle;
+pub mod qos;
 
 use std::time::Duration;
 
@@ -41,6 +42,8 @@ pub enum ProbeError {
     Unsupported(String),
     #[error("this binary was built without its eBPF object (AYA_BUILD_SKIP); rebuild without it")]
     NoObject,
+    #[error(transparent)]
+    Pin(#[from] qos::PinError),
     #[error("{0}")]
     Other(String),
 }
@@ -66,6 +69,7 @@ pub struct Probes {
     drops: PerCpuArray<MapData, u64>,
     cpu: cpu::CpuDrain,
     lifecycle: lifecycle::LifecycleReader,
+    qos: qos::QosProbes,
     ncpus: usize,
     bins: BinCfg,
     /// Held open while BPF run-time statistics should stay on.
@@ -125,6 +129,7 @@ impl Probes {
         }
         let exit_has_group_dead =
             u32::from(kbtf.tracepoint_args(prog_names::PROCESS_EXIT) == Some(2));
+        let qos_offsets = qos::offsets(&kbtf);
         let aya_btf =
             aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
 
@@ -142,7 +147,8 @@ impl Probes {
                 global_names::EXIT_HAS_GROUP_DEAD,
                 &exit_has_group_dead,
                 true,
-            );
+            )
+            .override_global(global_names::QOS_OFFSETS, &qos_offsets, true);
         if !cfg.shadow {
             // Unused maps still take memory; make them as small as the kernel allows.
             loader.map_max_entries(map_names::CPU_SHADOW0, 1);
@@ -185,6 +191,10 @@ impl Probes {
         let lifecycle = lifecycle::LifecycleReader::new(
             RingBuf::try_from(take(map_names::LIFECYCLE)?).map_err(classify("lifecycle"))?,
         );
+
+        // The syscall programs: loaded now (so a verifier error shows at start), attached only
+        // while something is pinned.
+        let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, qos_offsets)?;
 
         // The flip program: loaded, never attached, run from userspace to close intervals.
         let flip_prog: &mut RawTracePoint = ebpf
@@ -229,6 +239,7 @@ impl Probes {
             drops: drops_map,
             cpu,
             lifecycle,
+            qos,
             ncpus,
             bins,
         })
@@ -254,12 +265,46 @@ impl Probes {
             .drain(epoch)
             .map_err(classify("draining CPU maps"))?;
         raw.lifecycle = self.lifecycle.read();
+        // Pinned processes that ended: reported once more with their last numbers, then
+        // dropped from the kernel's pin table.
+        let pinned = self.qos.pinned();
+        for ev in &raw.lifecycle {
+            if ev.kind == ebee_shared::lifecycle::EVENT_EXIT && pinned.contains(&ev.tgid) {
+                self.qos.on_exit(&mut self._ebpf, ev.tgid, ev.ts)?;
+            }
+        }
+        raw.qos = self
+            .qos
+            .drain(ebee_shared::ctl::parity(epoch) ^ 1, raw.end_ns)?;
+        raw.qos_handshake_timeouts = self.qos.handshake_timeouts;
         let lost = self
             .drops_total()
             .map_err(classify("reading drop counters"))?;
         raw.lifecycle_lost = lost[drops::LIFECYCLE_LOST as usize];
         raw.trace_lost = lost[drops::TRACE_LOST as usize];
         Ok(raw)
+    }
+
+    /// Make `pids` the pinned set (QoS): the syscall programs are attached while it is not
+    /// empty. A pid that does not exist is refused and nothing changes.
+    pub fn set_pins(&mut self, pids: &[u32]) -> Result<(), ProbeError> {
+        self.qos.set_pins(&mut self._ebpf, pids)
+    }
+
+    /// The pinned processes.
+    pub fn pinned(&self) -> Vec<u32> {
+        self.qos.pinned()
+    }
+
+    /// True while the syscall programs are attached (something is pinned).
+    pub fn syscalls_attached(&self) -> bool {
+        self.qos.attached()
+    }
+
+    /// False when the kernel's BTF lacked a struct member the request model reads (syscall
+    /// latencies are still measured).
+    pub fn request_model_available(&self) -> bool {
+        self.qos.offsets.valid != 0
     }
 
     /// Burst-bin geometry currently in force.
