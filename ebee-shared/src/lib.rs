@@ -79,6 +79,9 @@ pub mod prog_names {
     pub const PROCESS_EXEC: &str = "sched_process_exec";
     pub const SYS_ENTER: &str = "sys_enter";
     pub const SYS_EXIT: &str = "sys_exit";
+    /// Empty programs on the same hooks, for the overhead benchmark's floor.
+    pub const FLOOR_ENTER: &str = "floor_enter";
+    pub const FLOOR_EXIT: &str = "floor_exit";
 }
 
 /// Names of the load-time globals (read-only data the verifier sees as constants).

@@ -206,7 +206,6 @@ impl WindowSums {
 
 #[derive(Clone, Debug)]
 struct Interval {
-    seq: u64,
     len_ns: u64,
     sample: QosSample,
 }
@@ -303,7 +302,6 @@ impl QosModel {
             p.ended = s.last;
             p.exited = s.exited;
             let iv = Interval {
-                seq: b.seq,
                 len_ns,
                 sample: s.clone(),
             };

@@ -74,6 +74,8 @@ pub struct Probes {
     bins: BinCfg,
     /// Held open while BPF run-time statistics should stay on.
     stats: Option<std::os::fd::OwnedFd>,
+    /// Whether the caller asked for BPF run-time statistics.
+    want_stats: bool,
 }
 
 /// True when `e` (or anything it wraps) is an EPERM/EACCES from the kernel.
@@ -233,6 +235,7 @@ impl Probes {
         };
         Ok(Self {
             stats,
+            want_stats: cfg.bpf_stats,
             _ebpf: ebpf,
             flip: flipper,
             ctl,
@@ -273,6 +276,7 @@ impl Probes {
                 self.qos.on_exit(&mut self._ebpf, ev.tgid, ev.ts)?;
             }
         }
+        self.sync_stats();
         raw.qos = self
             .qos
             .drain(ebee_shared::ctl::parity(epoch) ^ 1, raw.end_ns)?;
@@ -288,7 +292,27 @@ impl Probes {
     /// Make `pids` the pinned set (QoS): the syscall programs are attached while it is not
     /// empty. A pid that does not exist is refused and nothing changes.
     pub fn set_pins(&mut self, pids: &[u32]) -> Result<(), ProbeError> {
-        self.qos.set_pins(&mut self._ebpf, pids)
+        self.qos.set_pins(&mut self._ebpf, pids)?;
+        self.sync_stats();
+        Ok(())
+    }
+
+    /// BPF run-time statistics are a kernel-wide switch that adds two clock reads to every
+    /// program run: with the syscall programs attached that taxes every syscall of every
+    /// process, so they are off while anything is pinned (own eBPF cost shows as unknown).
+    fn sync_stats(&mut self) {
+        if self.qos.attached() {
+            self.stats = None;
+        } else if self.want_stats && self.stats.is_none() {
+            self.stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+        }
+    }
+
+    /// Benchmarks only: attach (or detach) empty programs on `sys_enter`/`sys_exit`, the
+    /// floor any enter/exit design pays on this machine.
+    pub fn set_syscall_floor(&mut self, on: bool) -> Result<(), ProbeError> {
+        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        self.qos.set_floor(&mut self._ebpf, on, &btf)
     }
 
     /// The pinned processes.

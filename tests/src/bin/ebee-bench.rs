@@ -28,6 +28,108 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         intervals: u32,
     },
+    /// Added cost per syscall: tight syscall loops (`ebee-load syscalls`) with no monitor,
+    /// with ebee-top loaded and nothing pinned, with another process pinned, and pinned
+    /// themselves; rounds interleave the modes so machine noise hits them alike.
+    Overhead {
+        /// Loop iterations per run.
+        #[arg(long, default_value_t = 2_000_000)]
+        calls: u64,
+        /// Rounds (each runs every mode once).
+        #[arg(long, default_value_t = 15)]
+        rounds: u32,
+        /// `getppid` or `tcp`.
+        #[arg(long, default_value = "getppid")]
+        kind: String,
+    },
+}
+
+/// One run of `ebee-load syscalls`, optionally pinned (with `others`) before it starts.
+fn loop_run(
+    probes: Option<&mut Probes>,
+    others: &[u32],
+    pin_self: bool,
+    calls: u64,
+    kind: &str,
+) -> anyhow::Result<f64> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe()?;
+    let load = exe.with_file_name("ebee-load");
+    let mut child = Command::new(load)
+        .args(["syscalls", "--calls", &calls.to_string(), "--kind", kind])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    // Let the child set up (the tcp kind connects before waiting).
+    std::thread::sleep(Duration::from_millis(100));
+    if let Some(p) = probes {
+        let mut pins = others.to_vec();
+        if pin_self {
+            pins.push(child.id());
+        }
+        p.set_pins(&pins)?;
+    }
+    child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdin"))?
+        .write_all(b"g")?;
+    let out = child.wait_with_output()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("ebee-load printed {s:?}"))
+}
+
+fn overhead(calls: u64, rounds: u32, kind: &str) -> anyhow::Result<serde_json::Value> {
+    // A process to pin that is not the loop: a sleeper doing ~100 syscalls/s.
+    let exe = std::env::current_exe()?;
+    let mut sleeper = std::process::Command::new(exe.with_file_name("ebee-load"))
+        .args(["sleeper", "--ms", "10"])
+        .spawn()?;
+    let other = sleeper.id();
+    let modes = [
+        "none",
+        "loaded",
+        "empty_hooks",
+        "pinned_other",
+        "pinned_self",
+    ];
+    let mut res: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let r = (|| -> anyhow::Result<()> {
+        for _ in 0..rounds {
+            res[0].push(loop_run(None, &[], false, calls, kind)?);
+            let mut p = Probes::load(ProbeConfig::default(), Duration::from_millis(50))?;
+            res[1].push(loop_run(Some(&mut p), &[], false, calls, kind)?);
+            p.set_syscall_floor(true)?;
+            res[2].push(loop_run(Some(&mut p), &[], false, calls, kind)?);
+            p.set_syscall_floor(false)?;
+            res[3].push(loop_run(Some(&mut p), &[other], false, calls, kind)?);
+            res[4].push(loop_run(Some(&mut p), &[other], true, calls, kind)?);
+        }
+        Ok(())
+    })();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    r?;
+    let stat = |v: &Vec<f64>| {
+        let mut s = v.clone();
+        s.sort_by(f64::total_cmp);
+        let med = if s.is_empty() {
+            f64::NAN
+        } else {
+            s[s.len() / 2]
+        };
+        let min = s.first().copied().unwrap_or(f64::NAN);
+        json!({"median_ns": med, "min_ns": min, "runs": v})
+    };
+    Ok(json!({
+        "kind": kind,
+        "calls": calls,
+        "rounds": rounds,
+        "modes": modes.iter().zip(&res).map(|(m, v)| json!({"mode": m, "stats": stat(v)})).collect::<Vec<_>>(),
+    }))
 }
 
 const KS: [usize; 5] = [1, 5, 10, 20, 30];
@@ -203,6 +305,11 @@ fn main() {
             interval_ms,
             intervals,
         } => precision(interval_ms, intervals),
+        Cmd::Overhead {
+            calls,
+            rounds,
+            kind,
+        } => overhead(calls, rounds, &kind),
     };
     match r {
         Ok(v) => println!("{v}"),
