@@ -21,6 +21,25 @@ pub enum Which {
         #[arg(long, default_value_t = 100)]
         churn: u32,
     },
+    /// Added cost per syscall of the QoS hooks (tight syscall loops, with and without).
+    Overhead {
+        /// Loop iterations per run (getppid; the tcp loop runs a tenth).
+        #[arg(long, default_value_t = 2_000_000)]
+        calls: u64,
+        /// Rounds; each runs every mode once.
+        #[arg(long, default_value_t = 15)]
+        rounds: u32,
+    },
+    /// redis-server under redis-benchmark at several loads: ebee-top's request QoS beside the
+    /// client's report.
+    Qos {
+        /// Client connections of each load.
+        #[arg(long, default_value = "1,2,4,8,16,32,64")]
+        clients: String,
+        /// Requests per load.
+        #[arg(long, default_value_t = 100_000)]
+        requests: u64,
+    },
 }
 
 pub fn run(which: Which) -> Result<()> {
@@ -31,6 +50,8 @@ pub fn run(which: Which) -> Result<()> {
     util::build_release()?;
     match which {
         Which::Precision { procs, churn } => precision(procs, churn),
+        Which::Overhead { calls, rounds } => crate::bench_qos::overhead(calls, rounds),
+        Which::Qos { clients, requests } => crate::bench_qos::qos(&clients, requests),
     }
 }
 
@@ -57,7 +78,7 @@ fn workload(args: &[&str]) -> Result<Workload> {
 }
 
 /// Run ebee-bench as root and parse its JSON.
-fn ebee_bench(args: &[&str]) -> Result<Value> {
+pub fn ebee_bench(args: &[&str]) -> Result<Value> {
     let mut cmd = if util::is_root() {
         Command::new(bin("ebee-bench"))
     } else {
