@@ -208,7 +208,7 @@ pub struct HistIdx {
 /// Per pinned process per interval: the request model and what was lost (`QOS_PIN`, index
 /// `parity * MAX_PINS + slot`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PinStat {
     /// Completed requests (a send that closed an open request on a server-side socket).
     pub requests: u64,
@@ -231,24 +231,6 @@ pub struct PinStat {
     pub conn_full: u64,
     /// Request latency histogram.
     pub req_hist: Hist,
-}
-
-impl Default for PinStat {
-    fn default() -> Self {
-        Self {
-            requests: 0,
-            req_total_ns: 0,
-            req_max_ns: 0,
-            recvs: 0,
-            sends_idle: 0,
-            other_sock_io: 0,
-            accepts: 0,
-            unmatched: 0,
-            hist_full: 0,
-            conn_full: 0,
-            req_hist: Hist::default(),
-        }
-    }
 }
 
 /// Per pinned process, across intervals (`QOS_PIN_STATE`, index `slot`): the next free

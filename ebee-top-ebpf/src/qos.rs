@@ -161,48 +161,38 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
     }
     let ret: i64 = ctx.arg(1);
     match nr {
-        nr::READ | nr::READV | nr::RECVFROM | nr::RECVMSG | nr::RECVMMSG => {
-            if ret > 0 {
-                // SAFETY: sys_exit context.
-                let fd = unsafe { arg0(ctx) } as u32;
-                request_io(tgid, fd, gen_, false, now, pin);
-            }
+        nr::READ | nr::READV | nr::RECVFROM | nr::RECVMSG | nr::RECVMMSG if ret > 0 => {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            request_io(tgid, fd, gen_, false, now, pin);
         }
-        nr::WRITE | nr::WRITEV | nr::SENDTO | nr::SENDMSG | nr::SENDMMSG | nr::SENDFILE => {
-            if ret > 0 {
-                // SAFETY: sys_exit context.
-                let fd = unsafe { arg0(ctx) } as u32;
-                request_io(tgid, fd, gen_, true, now, pin);
-            }
+        nr::WRITE | nr::WRITEV | nr::SENDTO | nr::SENDMSG | nr::SENDMMSG | nr::SENDFILE
+            if ret > 0 =>
+        {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            request_io(tgid, fd, gen_, true, now, pin);
         }
-        nr::ACCEPT | nr::ACCEPT4 => {
-            if ret >= 0 {
-                new_conn(tgid, ret as u32, gen_, ROLE_SERVER, pin);
-                // SAFETY: a valid array value.
-                unsafe { atomic_add(&raw mut (*pin).accepts, 1) };
-            }
+        nr::ACCEPT | nr::ACCEPT4 if ret >= 0 => {
+            new_conn(tgid, ret as u32, gen_, ROLE_SERVER, pin);
+            // SAFETY: a valid array value.
+            unsafe { atomic_add(&raw mut (*pin).accepts, 1) };
         }
-        nr::CONNECT => {
-            // 0, or -EINPROGRESS for a non-blocking connect.
-            if ret == 0 || ret == -115 {
-                // SAFETY: sys_exit context.
-                let fd = unsafe { arg0(ctx) } as u32;
-                new_conn(tgid, fd, gen_, ROLE_OTHER, pin);
-            }
+        // 0, or -EINPROGRESS for a non-blocking connect.
+        nr::CONNECT if ret == 0 || ret == -115 => {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            new_conn(tgid, fd, gen_, ROLE_OTHER, pin);
         }
-        nr::LISTEN => {
-            if ret == 0 {
-                // SAFETY: sys_exit context.
-                let fd = unsafe { arg0(ctx) } as u32;
-                mark_listen(fd);
-            }
+        nr::LISTEN if ret == 0 => {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            mark_listen(fd);
         }
-        nr::CLOSE => {
-            if ret == 0 {
-                // SAFETY: sys_exit context.
-                let fd = unsafe { arg0(ctx) } as u32;
-                let _ = QOS_CONNS.remove(conn_key(tgid, fd));
-            }
+        nr::CLOSE if ret == 0 => {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            let _ = QOS_CONNS.remove(conn_key(tgid, fd));
         }
         _ => {}
     }
