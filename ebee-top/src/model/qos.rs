@@ -247,7 +247,7 @@ pub fn to_hdr(buckets: &[u64]) -> Option<hdrhistogram::Histogram<u64>> {
             h.record_n(bucket_mid(i).max(1), c).ok()?;
         }
     }
-    (h.len() > 0).then_some(h)
+    (!h.is_empty()).then_some(h)
 }
 
 fn us(ns: u64) -> f64 {
