@@ -8,6 +8,7 @@
 pub mod cpu;
 pub mod hashpipe;
 pub mod lifecycle;
+pub mod qos;
 
 /// aya's `Pod` for the types userspace reads from and writes to maps.
 #[cfg(feature = "user")]
@@ -25,7 +26,16 @@ mod pod {
         crate::cpu::CpuState,
         crate::cpu::CpuTrace,
         crate::ctl::Ctl,
-        crate::lifecycle::LifecycleEvent
+        crate::lifecycle::LifecycleEvent,
+        crate::qos::PinTable,
+        crate::qos::ThreadSlot,
+        crate::qos::SysStat,
+        crate::qos::Hist,
+        crate::qos::PinStat,
+        crate::qos::PinState,
+        crate::qos::QosCpu,
+        crate::qos::Conn,
+        crate::qos::Offsets
     );
 }
 
@@ -39,6 +49,16 @@ pub mod map_names {
     pub const CPU_TRACE: &str = "CPU_TRACE";
     pub const LIFECYCLE: &str = "LIFECYCLE";
     pub const DROPS: &str = "DROPS";
+    pub const QOS_PINS: &str = "QOS_PINS";
+    pub const QOS_THREADS: &str = "QOS_THREADS";
+    pub const QOS_SYS: &str = "QOS_SYS";
+    pub const QOS_HIST: &str = "QOS_HIST";
+    pub const QOS_HIST_IDX: &str = "QOS_HIST_IDX";
+    pub const QOS_PIN: &str = "QOS_PIN";
+    pub const QOS_PIN_STATE: &str = "QOS_PIN_STATE";
+    pub const QOS_CPU: &str = "QOS_CPU";
+    pub const QOS_CONNS: &str = "QOS_CONNS";
+    pub const QOS_PORTS: &str = "QOS_PORTS";
 }
 
 /// Indices of the per-CPU `DROPS` counters.
@@ -57,6 +77,11 @@ pub mod prog_names {
     pub const FLIP: &str = "flip";
     pub const PROCESS_EXIT: &str = "sched_process_exit";
     pub const PROCESS_EXEC: &str = "sched_process_exec";
+    pub const SYS_ENTER: &str = "sys_enter";
+    pub const SYS_EXIT: &str = "sys_exit";
+    /// Empty programs on the same hooks, for the overhead benchmark's floor.
+    pub const FLOOR_ENTER: &str = "floor_enter";
+    pub const FLOOR_EXIT: &str = "floor_exit";
 }
 
 /// Names of the load-time globals (read-only data the verifier sees as constants).
@@ -69,6 +94,8 @@ pub mod global_names {
     pub const TASK_TGID_OFF: &str = "TASK_TGID_OFF";
     /// `u32`: 1 when the kernel's `sched_process_exit` tracepoint passes `group_dead`.
     pub const EXIT_HAS_GROUP_DEAD: &str = "EXIT_HAS_GROUP_DEAD";
+    /// [`crate::qos::Offsets`]: kernel struct offsets for the request model, from BTF.
+    pub const QOS_OFFSETS: &str = "QOS_OFFSETS";
 }
 
 /// The control block userspace shares with the programs (the one value of the `CTL` array).

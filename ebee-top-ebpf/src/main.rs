@@ -6,9 +6,13 @@
 // Inline assembly on the BPF target (for the atomic add in cpu.rs).
 #![feature(asm_experimental_arch)]
 
+mod atomic;
 mod cpu;
 mod lifecycle;
 mod maps;
+mod qos;
+
+pub use atomic::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add};
 
 /// `CLOCK_MONOTONIC` now, in ns.
 #[inline(always)]

@@ -2,7 +2,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use ebee_shared::{
     cpu::{CpuSketch, CpuState, SHADOW_ENTRIES, TRACE_BYTES},
@@ -71,3 +71,69 @@ pub fn global(g: &'static u32) -> u32 {
     // SAFETY: `g` is a valid, aligned static; volatile only stops constant folding.
     unsafe { core::ptr::read_volatile(g) }
 }
+
+// The QoS pipeline (qos.rs); sizes in ebee_shared::qos.
+
+/// The pinned processes: one [`ebee_shared::qos::PinTable`].
+#[map]
+pub static QOS_PINS: Array<ebee_shared::qos::PinTable> = Array::with_max_entries(1, 0);
+
+/// Start of the open syscall of each pinned thread, by `tid & (THREAD_SLOTS - 1)`.
+#[map]
+pub static QOS_THREADS: Array<ebee_shared::qos::ThreadSlot> =
+    Array::with_max_entries(ebee_shared::qos::THREAD_SLOTS, 0);
+
+/// Per interval parity and pin slot: count, total and maximum latency per syscall number.
+#[map]
+pub static QOS_SYS: Array<ebee_shared::qos::SysTable> =
+    Array::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
+
+/// Per interval parity and pin slot: syscall latency histograms.
+#[map]
+pub static QOS_HIST: Array<ebee_shared::qos::HistTable> =
+    Array::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
+
+/// Per pin slot: the histogram of each syscall number (0: none yet).
+#[map]
+pub static QOS_HIST_IDX: Array<ebee_shared::qos::HistIdx> =
+    Array::with_max_entries(ebee_shared::qos::MAX_PINS as u32, 0);
+
+/// Per interval parity and pin slot: requests and losses.
+#[map]
+pub static QOS_PIN: Array<ebee_shared::qos::PinStat> =
+    Array::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
+
+/// Per pin slot: histogram allocation.
+#[map]
+pub static QOS_PIN_STATE: Array<ebee_shared::qos::PinState> =
+    Array::with_max_entries(ebee_shared::qos::MAX_PINS as u32, 0);
+
+/// Per-CPU sequence of `sys_exit` runs that write interval data.
+#[map]
+pub static QOS_CPU: PerCpuArray<ebee_shared::qos::QosCpu> = PerCpuArray::with_max_entries(1, 0);
+
+/// Request-model state per (process, fd) of pinned processes.
+#[map]
+pub static QOS_CONNS: LruHashMap<u64, ebee_shared::qos::Conn> =
+    LruHashMap::with_max_entries(ebee_shared::qos::CONN_ENTRIES, 0);
+
+/// Listening TCP/UDP ports of pinned processes, one bit per port.
+#[map]
+pub static QOS_PORTS: Array<u64> = Array::with_max_entries(ebee_shared::qos::PORT_WORDS, 0);
+
+/// Kernel struct offsets for the request model (set by the loader from BTF).
+#[unsafe(no_mangle)]
+pub static QOS_OFFSETS: ebee_shared::qos::Offsets = ebee_shared::qos::Offsets {
+    regs_di: 0,
+    task_files: 0,
+    files_fdt: 0,
+    fdt_max_fds: 0,
+    fdt_fd: 0,
+    file_inode: 0,
+    file_private: 0,
+    inode_mode: 0,
+    socket_sk: 0,
+    sk_family: 0,
+    sk_num: 0,
+    valid: 0,
+};

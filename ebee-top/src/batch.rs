@@ -94,6 +94,8 @@ pub struct Batch {
     pub pinned: Vec<u32>,
     pub dropped: Dropped,
     pub cost: SelfCost,
+    /// Syscall and request QoS of the pinned processes.
+    pub qos: crate::batch_qos::QosBatch,
 }
 
 impl Batch {

@@ -49,6 +49,12 @@ pub struct Cli {
     #[arg(long)]
     pub no_bpf_stats: bool,
 
+    /// Pin processes for syscall and request QoS (at most 8): per-syscall latency histograms,
+    /// and for servers requests per second and latency percentiles.
+    #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub pids: Vec<u32>,
+
     /// Load the programs, print every eBPF map with the memory the kernel charges for it, and
     /// exit.
     #[arg(long)]
@@ -93,6 +99,19 @@ mod tests {
             &["ebee-top", "--bogus"],
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?} accepted");
+        }
+    }
+
+    #[test]
+    fn pids_parse_as_a_list() {
+        let c = Cli::try_parse_from(["ebee-top", "-p", "12,34", "--pid", "56"]).unwrap();
+        assert_eq!(c.pids, vec![12, 34, 56]);
+        assert!(Cli::try_parse_from(["ebee-top"]).unwrap().pids.is_empty());
+        for bad in ["0", "x", "1,,2", "-3"] {
+            assert!(
+                Cli::try_parse_from(["ebee-top", "-p", bad]).is_err(),
+                "-p {bad} accepted"
+            );
         }
     }
 

@@ -11,15 +11,20 @@ pub const USAGE: i32 = 2;
 pub const NO_PRIVILEGE: i32 = 3;
 /// The kernel lacks something ebee-top needs (BTF, a tracepoint).
 pub const UNSUPPORTED: i32 = 4;
+/// A process given with `-p` does not exist.
+pub const NO_SUCH_PROCESS: i32 = 5;
 
 /// The exit code for an error, from the first typed cause in its chain.
 pub fn code_for(err: &anyhow::Error) -> i32 {
-    use crate::probes::ProbeError;
+    use crate::probes::{ProbeError, qos::PinError};
     for cause in err.chain() {
         if let Some(p) = cause.downcast_ref::<ProbeError>() {
             return match p {
                 ProbeError::Permission => NO_PRIVILEGE,
                 ProbeError::Unsupported(_) | ProbeError::NoObject => UNSUPPORTED,
+                ProbeError::Pin(PinError::NoSuchProcess(_)) => NO_SUCH_PROCESS,
+                ProbeError::Pin(PinError::TooMany(_)) => USAGE,
+                ProbeError::Pin(PinError::Unsupported) => UNSUPPORTED,
                 ProbeError::Other(_) => FAILURE,
             };
         }

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod batch;
+pub mod batch_qos;
 pub mod cli;
 pub mod exit;
 pub mod model;
@@ -10,7 +11,9 @@ pub mod output;
 pub mod preflight;
 pub mod probes;
 pub mod procinfo;
+pub mod procnet;
 pub mod run;
 pub mod source;
+pub mod syscalls;
 pub mod tui;
 pub mod view;

@@ -15,6 +15,113 @@ struct JsonCpu<'a> {
     cpu_pct: f64,
 }
 
+/// Two decimals for rates and latencies in µs.
+fn r2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+#[derive(Serialize)]
+struct JsonQosStats {
+    syscalls_per_s: f64,
+    rps: f64,
+    requests: u64,
+    p50_us: Option<f64>,
+    p90_us: Option<f64>,
+    p99_us: Option<f64>,
+    p999_us: Option<f64>,
+    max_us: Option<f64>,
+}
+
+impl From<&crate::model::qos::QosStats> for JsonQosStats {
+    fn from(s: &crate::model::qos::QosStats) -> Self {
+        Self {
+            syscalls_per_s: r2(s.syscalls_per_s),
+            rps: r2(s.rps),
+            requests: s.requests,
+            p50_us: s.p50_us.map(r2),
+            p90_us: s.p90_us.map(r2),
+            p99_us: s.p99_us.map(r2),
+            p999_us: s.p999_us.map(r2),
+            max_us: s.max_us.map(r2),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonSyscall {
+    name: String,
+    nr: u32,
+    count: u64,
+    total_us: f64,
+    mean_us: f64,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    max_us: f64,
+}
+
+#[derive(Serialize)]
+struct JsonQosLost {
+    unmatched: u64,
+    hist_full: u64,
+    conn_full: u64,
+}
+
+#[derive(Serialize)]
+struct JsonQos {
+    pid: u32,
+    comm: String,
+    pinned: bool,
+    exited: bool,
+    server: bool,
+    #[serde(flatten)]
+    interval: JsonQosStats,
+    window_s: f64,
+    window: JsonQosStats,
+    top_syscalls: Vec<JsonSyscall>,
+    lost: JsonQosLost,
+}
+
+/// Syscalls listed per pinned process in batch output.
+pub const QOS_TOP_SYSCALLS: usize = 5;
+
+fn json_qos(m: &Model) -> Vec<JsonQos> {
+    m.qos
+        .procs()
+        .into_iter()
+        .filter_map(|pid| m.qos.view(pid))
+        .map(|v| JsonQos {
+            pid: v.pid,
+            comm: v.comm.clone(),
+            pinned: v.pinned,
+            exited: v.exited,
+            server: v.server,
+            interval: (&v.interval).into(),
+            window_s: r2(v.window.span_s),
+            window: (&v.window).into(),
+            top_syscalls: v
+                .top_syscalls
+                .iter()
+                .take(QOS_TOP_SYSCALLS)
+                .map(|s| JsonSyscall {
+                    name: s.name.clone(),
+                    nr: s.nr,
+                    count: s.count,
+                    total_us: r2(s.total_ns as f64 / 1000.0),
+                    mean_us: r2(s.mean_us),
+                    p50_us: s.p50_us.map(r2),
+                    p99_us: s.p99_us.map(r2),
+                    max_us: r2(s.max_us),
+                })
+                .collect(),
+            lost: JsonQosLost {
+                unmatched: v.unmatched,
+                hist_full: v.hist_full,
+                conn_full: v.conn_full,
+            },
+        })
+        .collect()
+}
+
 #[derive(Serialize)]
 struct JsonLine<'a> {
     t_ms: u64,
@@ -29,6 +136,7 @@ struct JsonLine<'a> {
     exited: Vec<u32>,
     dropped: &'a Dropped,
     cost: &'a SelfCost,
+    qos: Vec<JsonQos>,
 }
 
 fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
@@ -60,6 +168,7 @@ pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         exited: b.exits.iter().map(|e| e.pid).collect(),
         dropped: &b.dropped,
         cost: &b.cost,
+        qos: json_qos(m),
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")
@@ -97,7 +206,66 @@ pub fn write_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
             if r.exited { " (exited)" } else { "" }
         )?;
     }
+    write_qos_text(out, m)?;
     writeln!(out)
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |us| format!("{:.3}", us / 1000.0))
+}
+
+/// The pinned processes' QoS: the last interval, then the sliding window.
+fn write_qos_text(out: &mut impl Write, m: &Model) -> std::io::Result<()> {
+    let views: Vec<_> = m
+        .qos
+        .procs()
+        .into_iter()
+        .filter_map(|p| m.qos.view(p))
+        .collect();
+    if views.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:>7} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  COMMAND (QoS; latency in ms)",
+        "PID", "SPAN", "SYSCALL/s", "REQ/s", "p50", "p90", "p99", "p99.9", "max"
+    )?;
+    for v in views {
+        let state = if v.exited {
+            " (exited)"
+        } else if !v.pinned {
+            " (unpinned)"
+        } else if !v.server {
+            " (no requests)"
+        } else {
+            ""
+        };
+        for (span, st) in [("last", &v.interval), ("win", &v.window)] {
+            writeln!(
+                out,
+                "{:>7} {:>5} {:>10.0} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>9}  {}{}",
+                v.pid,
+                span,
+                st.syscalls_per_s,
+                st.rps,
+                ms(st.p50_us),
+                ms(st.p90_us),
+                ms(st.p99_us),
+                ms(st.p999_us),
+                ms(st.max_us),
+                v.comm,
+                state
+            )?;
+        }
+        let top: Vec<String> = v
+            .top_syscalls
+            .iter()
+            .take(QOS_TOP_SYSCALLS)
+            .map(|s| format!("{} {:.1}ms/{}", s.name, s.total_ns as f64 / 1e6, s.count))
+            .collect();
+        writeln!(out, "{:>7}   top syscalls (window): {}", "", top.join(", "))?;
+    }
+    Ok(())
 }
 
 /// `HH:MM:SS.mmm` (UTC) of a Unix time in ms.

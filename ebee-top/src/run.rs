@@ -61,8 +61,17 @@ fn print_maps(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Pin the processes given with `-p` (a missing one ends the run with exit code 5).
+fn pin(source: &mut Live, cli: &Cli) -> anyhow::Result<()> {
+    if !cli.pids.is_empty() {
+        source.set_pins(&cli.pids)?;
+    }
+    Ok(())
+}
+
 fn batch(cli: &Cli) -> anyhow::Result<()> {
     let mut source = Live::start(probe_config(cli), cli.delay)?;
+    pin(&mut source, cli)?;
     let quit = signal_flag()?;
     let mut model = Model::new();
     let mut out = std::io::stdout().lock();
@@ -108,7 +117,8 @@ fn interactive(cli: &Cli) -> anyhow::Result<()> {
         anyhow::bail!("standard output is not a terminal; use --batch for scripts and pipes");
     }
     // Load before touching the terminal, so loader errors print as plain lines.
-    let source = Live::start(probe_config(cli), cli.delay)?;
+    let mut source = Live::start(probe_config(cli), cli.delay)?;
+    pin(&mut source, cli)?;
     let (tx, rx) = mpsc::channel::<Msg>();
     let (ctl_tx, ctl_rx) = mpsc::channel::<Duration>();
 

@@ -30,6 +30,8 @@ pub struct Live {
     lifecycle_lost: u64,
     pins: Vec<u32>,
     cost: CostMeter,
+    /// Cumulative QoS handshake timeouts at the last drain.
+    qos_timeouts: u64,
 }
 
 /// Differences of ebee-top's own CPU clock and of its programs' BPF run time between ticks.
@@ -66,11 +68,17 @@ impl Live {
             seq: 0,
             lifecycle_lost: 0,
             pins: Vec::new(),
+            qos_timeouts: 0,
             cost: CostMeter {
                 cpu_ns: process_cpu_ns(),
                 bpf: crate::probes::ProgStats::default(),
             },
         })
+    }
+
+    /// The processes pinned now (a pinned process that exits is dropped after its last batch).
+    pub fn pins(&self) -> &[u32] {
+        &self.pins
     }
 
     /// The loaded probes (map report, program statistics).
@@ -135,6 +143,16 @@ impl Source for Live {
         pids.sort_unstable();
         pids.dedup();
         let procs = pids.into_iter().map(|p| self.procs.get(p)).collect();
+        let qos = crate::batch_qos::QosBatch {
+            procs: raw
+                .qos
+                .iter()
+                .map(|q| qos_sample(q, self.procs.get(q.pid).comm))
+                .collect(),
+            handshake_timeouts: raw.qos_handshake_timeouts.saturating_sub(self.qos_timeouts),
+            request_model: self.probes.request_model_available(),
+        };
+        self.qos_timeouts = raw.qos_handshake_timeouts;
         self.procs.end_interval();
 
         let cpu_now = process_cpu_ns();
@@ -168,7 +186,7 @@ impl Source for Live {
             cpu_exact,
             procs,
             exits,
-            pinned: self.pins.clone(),
+            pinned: qos.procs.iter().map(|q| q.pid).collect(),
             dropped: Dropped {
                 sketch_evicted_ns: raw.evicted_ns,
                 sketch_evictions: raw.evictions,
@@ -177,13 +195,16 @@ impl Source for Live {
                 shadow_full: raw.shadow_full,
             },
             cost,
+            qos,
         };
         self.lifecycle_lost = raw.lifecycle_lost;
+        self.pins = self.probes.pinned();
         Ok(Some(batch))
     }
 
     fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()> {
-        self.pins = pids.to_vec();
+        self.probes.set_pins(pids)?;
+        self.pins = self.probes.pinned();
         Ok(())
     }
 
@@ -193,5 +214,50 @@ impl Source for Live {
         self.probes
             .set_interval(interval)
             .context("changing the interval")
+    }
+}
+
+/// One pinned process's raw interval as a Batch sample.
+fn qos_sample(q: &crate::probes::qos::QosRaw, comm: String) -> crate::batch_qos::QosSample {
+    use crate::batch_qos::{QosLost, QosSample, RequestSample, SyscallSample, sparse};
+    let syscalls = q
+        .sys
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.count > 0)
+        .map(|(nr, s)| {
+            let h = q.hist_idx.get(nr).copied().unwrap_or(0) as usize;
+            SyscallSample {
+                nr: nr as u32,
+                count: s.count,
+                total_ns: s.total_ns,
+                max_ns: s.max_ns,
+                hist: (h != 0).then(|| sparse(q.hist(h))),
+            }
+        })
+        .collect();
+    let p = &q.pin;
+    QosSample {
+        pid: q.pid,
+        comm,
+        last: q.last,
+        exited: q.exited,
+        syscalls,
+        other_hist: sparse(q.hist(0)),
+        requests: RequestSample {
+            requests: p.requests,
+            total_ns: p.req_total_ns,
+            max_ns: p.req_max_ns,
+            hist: sparse(&p.req_hist.buckets),
+            recvs: p.recvs,
+            sends_idle: p.sends_idle,
+            other_sock_io: p.other_sock_io,
+            accepts: p.accepts,
+        },
+        lost: QosLost {
+            unmatched: p.unmatched,
+            hist_full: p.hist_full,
+            conn_full: p.conn_full,
+        },
     }
 }

@@ -34,6 +34,25 @@ pub enum Which {
         #[arg(long, default_value_t = 30)]
         seconds: u64,
     },
+    /// Added cost per syscall of the QoS hooks (tight syscall loops, with and without).
+    Overhead {
+        /// Loop iterations per run (getppid; the tcp loop runs a tenth).
+        #[arg(long, default_value_t = 2_000_000)]
+        calls: u64,
+        /// Rounds; each runs every mode once.
+        #[arg(long, default_value_t = 15)]
+        rounds: u32,
+    },
+    /// redis-server under redis-benchmark at several loads: ebee-top's request QoS beside the
+    /// client's report.
+    Qos {
+        /// Client connections of each load.
+        #[arg(long, default_value = "1,2,4,8,16,32,64")]
+        clients: String,
+        /// Requests per load.
+        #[arg(long, default_value_t = 100_000)]
+        requests: u64,
+    },
 }
 
 pub fn run(which: Which) -> Result<()> {
@@ -46,6 +65,8 @@ pub fn run(which: Which) -> Result<()> {
         Which::Precision { procs, churn } => precision(procs, churn),
         Which::Switch { runs } => switch(runs),
         Which::Scale { seconds } => crate::scale::run(seconds),
+        Which::Overhead { calls, rounds } => crate::bench_qos::overhead(calls, rounds),
+        Which::Qos { clients, requests } => crate::bench_qos::qos(&clients, requests),
     }
 }
 

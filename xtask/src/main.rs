@@ -2,6 +2,7 @@
 //! first, idempotently (seconds when everything is already there).
 
 mod bench;
+mod bench_qos;
 mod scale;
 mod setup;
 mod util;

@@ -1,6 +1,8 @@
 //! The Model: a pure fold of Batches into what the screens and batch output show. No aya, no
 //! ratatui, no I/O, no clocks: everything it knows came in a Batch.
 
+pub mod qos;
+
 use std::collections::HashMap;
 
 use crate::batch::{Batch, CpuRow, ProcInfo};
@@ -32,6 +34,8 @@ pub struct Model {
     procs: HashMap<u32, ProcInfo>,
     /// pid -> seq of the interval it exited in.
     exited: HashMap<u32, u64>,
+    /// Syscall and request QoS of pinned processes.
+    pub qos: qos::QosModel,
 }
 
 impl Model {
@@ -53,6 +57,7 @@ impl Model {
         for p in &b.procs {
             self.procs.insert(p.pid, p.clone());
         }
+        self.qos.ingest(b);
         self.latest = Some(b.clone());
     }
 

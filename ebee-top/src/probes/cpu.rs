@@ -62,6 +62,10 @@ pub struct RawInterval {
     /// Cumulative events lost to full ring buffers since load.
     pub lifecycle_lost: u64,
     pub trace_lost: u64,
+    /// Each pinned process's syscall and request data for the interval (QoS).
+    pub qos: Vec<super::qos::QosRaw>,
+    /// CPUs whose in-flight `sys_exit` run could not be waited for (cumulative).
+    pub qos_handshake_timeouts: u64,
 }
 
 /// What userspace charges for one CPU at one flip: a slice `[start, end)` of process `tgid`.

@@ -9,6 +9,7 @@ pub mod btf;
 pub mod cpu;
 mod flip;
 pub mod lifecycle;
+pub mod qos;
 
 use std::time::Duration;
 
@@ -41,6 +42,8 @@ pub enum ProbeError {
     Unsupported(String),
     #[error("this binary was built without its eBPF object (AYA_BUILD_SKIP); rebuild without it")]
     NoObject,
+    #[error(transparent)]
+    Pin(#[from] qos::PinError),
     #[error("{0}")]
     Other(String),
 }
@@ -66,10 +69,13 @@ pub struct Probes {
     drops: PerCpuArray<MapData, u64>,
     cpu: cpu::CpuDrain,
     lifecycle: lifecycle::LifecycleReader,
+    qos: qos::QosProbes,
     ncpus: usize,
     bins: BinCfg,
     /// Held open while BPF run-time statistics should stay on.
     stats: Option<std::os::fd::OwnedFd>,
+    /// Whether the caller asked for BPF run-time statistics.
+    want_stats: bool,
 }
 
 /// True when `e` (or anything it wraps) is an EPERM/EACCES from the kernel.
@@ -125,6 +131,7 @@ impl Probes {
         }
         let exit_has_group_dead =
             u32::from(kbtf.tracepoint_args(prog_names::PROCESS_EXIT) == Some(2));
+        let qos_offsets = qos::offsets(&kbtf);
         let aya_btf =
             aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
 
@@ -142,7 +149,8 @@ impl Probes {
                 global_names::EXIT_HAS_GROUP_DEAD,
                 &exit_has_group_dead,
                 true,
-            );
+            )
+            .override_global(global_names::QOS_OFFSETS, &qos_offsets, true);
         if !cfg.shadow {
             // Unused maps still take memory; make them as small as the kernel allows.
             loader.map_max_entries(map_names::CPU_SHADOW0, 1);
@@ -186,6 +194,10 @@ impl Probes {
             RingBuf::try_from(take(map_names::LIFECYCLE)?).map_err(classify("lifecycle"))?,
         );
 
+        // The syscall programs: loaded now (so a verifier error shows at start), attached only
+        // while something is pinned.
+        let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, qos_offsets)?;
+
         // The flip program: loaded, never attached, run from userspace to close intervals.
         let flip_prog: &mut RawTracePoint = ebpf
             .program_mut(prog_names::FLIP)
@@ -223,12 +235,14 @@ impl Probes {
         };
         Ok(Self {
             stats,
+            want_stats: cfg.bpf_stats,
             _ebpf: ebpf,
             flip: flipper,
             ctl,
             drops: drops_map,
             cpu,
             lifecycle,
+            qos,
             ncpus,
             bins,
         })
@@ -254,12 +268,67 @@ impl Probes {
             .drain(epoch)
             .map_err(classify("draining CPU maps"))?;
         raw.lifecycle = self.lifecycle.read();
+        // Pinned processes that ended: reported once more with their last numbers, then
+        // dropped from the kernel's pin table.
+        let pinned = self.qos.pinned();
+        for ev in &raw.lifecycle {
+            if ev.kind == ebee_shared::lifecycle::EVENT_EXIT && pinned.contains(&ev.tgid) {
+                self.qos.on_exit(&mut self._ebpf, ev.tgid, ev.ts)?;
+            }
+        }
+        self.sync_stats();
+        raw.qos = self
+            .qos
+            .drain(ebee_shared::ctl::parity(epoch) ^ 1, raw.end_ns)?;
+        raw.qos_handshake_timeouts = self.qos.handshake_timeouts;
         let lost = self
             .drops_total()
             .map_err(classify("reading drop counters"))?;
         raw.lifecycle_lost = lost[drops::LIFECYCLE_LOST as usize];
         raw.trace_lost = lost[drops::TRACE_LOST as usize];
         Ok(raw)
+    }
+
+    /// Make `pids` the pinned set (QoS): the syscall programs are attached while it is not
+    /// empty. A pid that does not exist is refused and nothing changes.
+    pub fn set_pins(&mut self, pids: &[u32]) -> Result<(), ProbeError> {
+        self.qos.set_pins(&mut self._ebpf, pids)?;
+        self.sync_stats();
+        Ok(())
+    }
+
+    /// BPF run-time statistics are a kernel-wide switch that adds two clock reads to every
+    /// program run: with the syscall programs attached that taxes every syscall of every
+    /// process, so they are off while anything is pinned (own eBPF cost shows as unknown).
+    fn sync_stats(&mut self) {
+        if self.qos.attached() {
+            self.stats = None;
+        } else if self.want_stats && self.stats.is_none() {
+            self.stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+        }
+    }
+
+    /// Benchmarks only: attach (or detach) empty programs on `sys_enter`/`sys_exit`, the
+    /// floor any enter/exit design pays on this machine.
+    pub fn set_syscall_floor(&mut self, on: bool) -> Result<(), ProbeError> {
+        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        self.qos.set_floor(&mut self._ebpf, on, &btf)
+    }
+
+    /// The pinned processes.
+    pub fn pinned(&self) -> Vec<u32> {
+        self.qos.pinned()
+    }
+
+    /// True while the syscall programs are attached (something is pinned).
+    pub fn syscalls_attached(&self) -> bool {
+        self.qos.attached()
+    }
+
+    /// False when the kernel's BTF lacked a struct member the request model reads (syscall
+    /// latencies are still measured).
+    pub fn request_model_available(&self) -> bool {
+        self.qos.offsets.valid != 0
     }
 
     /// Burst-bin geometry currently in force.

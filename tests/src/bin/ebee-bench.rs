@@ -36,6 +36,222 @@ enum Cmd {
         #[arg(long)]
         seconds: f64,
     },
+    /// Added cost per syscall: tight syscall loops (`ebee-load syscalls`) with no monitor,
+    /// with ebee-top loaded and nothing pinned, with another process pinned, and pinned
+    /// themselves; rounds interleave the modes so machine noise hits them alike.
+    Overhead {
+        /// Loop iterations per run.
+        #[arg(long, default_value_t = 2_000_000)]
+        calls: u64,
+        /// Rounds (each runs every mode once).
+        #[arg(long, default_value_t = 15)]
+        rounds: u32,
+        /// `getppid` or `tcp`.
+        #[arg(long, default_value = "getppid")]
+        kind: String,
+    },
+    /// Request QoS of a running redis-server (pinned) under redis-benchmark at several loads:
+    /// ebee-top's count and percentiles over each run beside redis-benchmark's own report.
+    Qos {
+        /// The redis-server to pin.
+        #[arg(long)]
+        pid: u32,
+        /// Its port on 127.0.0.1.
+        #[arg(long)]
+        port: u16,
+        /// Client connections of each load.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
+        clients: Vec<u32>,
+        /// Requests per load.
+        #[arg(long, default_value_t = 100_000)]
+        requests: u64,
+    },
+}
+
+/// One redis-benchmark run (GET) with ebee-top draining beside it.
+fn qos_load(
+    live: &mut ebee_top::source::Live,
+    pid: u32,
+    port: u16,
+    clients: u32,
+    requests: u64,
+) -> anyhow::Result<serde_json::Value> {
+    use ebee_top::source::Source as _;
+    let mut bench = std::process::Command::new("redis-benchmark")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "get",
+            "-n",
+            &requests.to_string(),
+            "-c",
+            &clients.to_string(),
+            "--csv",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut hist = vec![0u64; ebee_shared::qos::BUCKETS];
+    let (mut count, mut max_ns, mut syscalls, mut ns) = (0u64, 0u64, 0u64, 0u64);
+    let mut add = |b: &ebee_top::batch::Batch| {
+        for s in b.qos.procs.iter().filter(|s| s.pid == pid) {
+            count += s.requests.requests;
+            max_ns = max_ns.max(s.requests.max_ns);
+            syscalls += s.syscalls.iter().map(|x| x.count).sum::<u64>();
+            for &(i, c) in &s.requests.hist {
+                hist[usize::from(i)] += u64::from(c);
+            }
+        }
+        ns += b.interval_ns();
+    };
+    loop {
+        let b = live
+            .next_batch()?
+            .ok_or_else(|| anyhow::anyhow!("source ended"))?;
+        add(&b);
+        if bench.try_wait()?.is_some() {
+            break;
+        }
+    }
+    // Answers sent just before the client finished are in the next interval.
+    let b = live
+        .next_batch()?
+        .ok_or_else(|| anyhow::anyhow!("source ended"))?;
+    add(&b);
+    let out = bench.wait_with_output()?;
+    let csv = String::from_utf8_lossy(&out.stdout);
+    // "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",
+    // "p99_latency_ms","max_latency_ms"
+    let row: Vec<f64> = csv
+        .lines()
+        .find(|l| l.starts_with("\"GET"))
+        .ok_or_else(|| anyhow::anyhow!("no GET row in redis-benchmark output: {csv}"))?
+        .split(',')
+        .skip(1)
+        .map(|f| f.trim_matches('"').parse().unwrap_or(f64::NAN))
+        .collect();
+    let get = |i: usize| row.get(i).copied().unwrap_or(f64::NAN);
+    let h = ebee_top::model::qos::to_hdr(&hist);
+    let q = |p: f64| h.as_ref().map(|h| h.value_at_quantile(p) as f64 / 1e3);
+    let client_rps = get(0);
+    Ok(json!({
+        "clients": clients,
+        "requests": requests,
+        "client": {"rps": client_rps, "avg_ms": get(1), "p50_ms": get(3), "p95_ms": get(4),
+                   "p99_ms": get(5), "max_ms": get(6)},
+        "ebee": {
+            "requests": count,
+            // The run lasted requests / client_rps seconds by the client's own clock.
+            "rps": if client_rps > 0.0 { count as f64 * client_rps / requests as f64 } else { f64::NAN },
+            "p50_us": q(0.5), "p90_us": q(0.9), "p99_us": q(0.99), "p999_us": q(0.999),
+            "max_us": max_ns as f64 / 1e3,
+            "syscalls": syscalls,
+            "drained_s": ns as f64 / 1e9,
+        },
+    }))
+}
+
+fn qos(pid: u32, port: u16, clients: &[u32], requests: u64) -> anyhow::Result<serde_json::Value> {
+    use ebee_top::source::Source as _;
+    let mut live =
+        ebee_top::source::Live::start(ProbeConfig::default(), Duration::from_millis(100))?;
+    live.set_pins(&[pid])?;
+    let mut loads = Vec::new();
+    for &c in clients {
+        loads.push(qos_load(&mut live, pid, port, c, requests)?);
+    }
+    Ok(json!({"pid": pid, "loads": loads}))
+}
+
+/// One run of `ebee-load syscalls`, optionally pinned (with `others`) before it starts.
+fn loop_run(
+    probes: Option<&mut Probes>,
+    others: &[u32],
+    pin_self: bool,
+    calls: u64,
+    kind: &str,
+) -> anyhow::Result<f64> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe()?;
+    let load = exe.with_file_name("ebee-load");
+    let mut child = Command::new(load)
+        .args(["syscalls", "--calls", &calls.to_string(), "--kind", kind])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    // Let the child set up (the tcp kind connects before waiting).
+    std::thread::sleep(Duration::from_millis(100));
+    if let Some(p) = probes {
+        let mut pins = others.to_vec();
+        if pin_self {
+            pins.push(child.id());
+        }
+        p.set_pins(&pins)?;
+    }
+    child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdin"))?
+        .write_all(b"g")?;
+    let out = child.wait_with_output()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("ebee-load printed {s:?}"))
+}
+
+fn overhead(calls: u64, rounds: u32, kind: &str) -> anyhow::Result<serde_json::Value> {
+    // A process to pin that is not the loop: a sleeper doing ~100 syscalls/s.
+    let exe = std::env::current_exe()?;
+    let mut sleeper = std::process::Command::new(exe.with_file_name("ebee-load"))
+        .args(["sleeper", "--ms", "10"])
+        .spawn()?;
+    let other = sleeper.id();
+    let modes = [
+        "none",
+        "loaded",
+        "empty_hooks",
+        "pinned_other",
+        "pinned_self",
+    ];
+    let mut res: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let r = (|| -> anyhow::Result<()> {
+        for _ in 0..rounds {
+            res[0].push(loop_run(None, &[], false, calls, kind)?);
+            let mut p = Probes::load(ProbeConfig::default(), Duration::from_millis(50))?;
+            res[1].push(loop_run(Some(&mut p), &[], false, calls, kind)?);
+            p.set_syscall_floor(true)?;
+            res[2].push(loop_run(Some(&mut p), &[], false, calls, kind)?);
+            p.set_syscall_floor(false)?;
+            res[3].push(loop_run(Some(&mut p), &[other], false, calls, kind)?);
+            res[4].push(loop_run(Some(&mut p), &[other], true, calls, kind)?);
+        }
+        Ok(())
+    })();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    r?;
+    let stat = |v: &Vec<f64>| {
+        let mut s = v.clone();
+        s.sort_by(f64::total_cmp);
+        let med = if s.is_empty() {
+            f64::NAN
+        } else {
+            s[s.len() / 2]
+        };
+        let min = s.first().copied().unwrap_or(f64::NAN);
+        json!({"median_ns": med, "min_ns": min, "runs": v})
+    };
+    Ok(json!({
+        "kind": kind,
+        "calls": calls,
+        "rounds": rounds,
+        "modes": modes.iter().zip(&res).map(|(m, v)| json!({"mode": m, "stats": stat(v)})).collect::<Vec<_>>(),
+    }))
 }
 
 const KS: [usize; 5] = [1, 5, 10, 20, 30];
@@ -254,6 +470,17 @@ fn main() {
             intervals,
         } => precision(interval_ms, intervals),
         Cmd::Bursts { pid, seconds } => bursts(pid, seconds),
+        Cmd::Overhead {
+            calls,
+            rounds,
+            kind,
+        } => overhead(calls, rounds, &kind),
+        Cmd::Qos {
+            pid,
+            port,
+            clients,
+            requests,
+        } => qos(pid, port, &clients, requests),
     };
     match r {
         Ok(v) => println!("{v}"),

@@ -55,6 +55,23 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         cpu: usize,
     },
+    /// A tight loop of `calls` syscalls, started by a byte on stdin (so it can be pinned
+    /// first); prints the mean ns per loop iteration. `getppid`: one syscall per iteration.
+    /// `tcp`: a request/response over loopback TCP per iteration (client write, server read,
+    /// server write, client read: four syscalls), connected before the start byte.
+    Syscalls {
+        #[arg(long, default_value_t = 2_000_000)]
+        calls: u64,
+        #[arg(long, default_value = "getppid")]
+        kind: String,
+    },
+    /// Sleep `ms` in a loop (nanosleep), forever or for `seconds`.
+    Sleeper {
+        #[arg(long, default_value_t = 10)]
+        ms: u64,
+        #[arg(long)]
+        seconds: Option<f64>,
+    },
     /// Start `procs` burners with Zipf-skewed duty cycles (process i burns about
     /// `top_duty / i^skew`), plus `churn_per_s` short-lived processes per second that burn
     /// 5-20 ms each and exit.
@@ -275,9 +292,76 @@ fn storm(per_s: u32, seconds: f64) {
     println!("{}", tv(ru.ru_utime) + tv(ru.ru_stime));
 }
 
+fn syscalls(calls: u64, kind: &str) {
+    use std::io::{Read, Write};
+    let tcp = if kind == "tcp" {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| die(&e));
+        let addr = l.local_addr().unwrap_or_else(|e| die(&e));
+        let c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| die(&e));
+        let (s, _) = l.accept().unwrap_or_else(|e| die(&e));
+        let _ = c.set_nodelay(true);
+        let _ = s.set_nodelay(true);
+        Some((l, c, s))
+    } else {
+        None
+    };
+    let mut go = [0u8; 1];
+    if std::io::stdin().read_exact(&mut go).is_err() {
+        return;
+    }
+    // CPU time of this thread, not wall time: the machine is shared, and time spent waiting
+    // for a CPU is not a cost of the syscalls.
+    let t0 = thread_cpu_ns();
+    match tcp {
+        Some((_l, mut c, mut s)) => {
+            let mut b = [0u8; 1];
+            for _ in 0..calls {
+                let ok = c.write_all(b"x").is_ok()
+                    && s.read_exact(&mut b).is_ok()
+                    && s.write_all(b"y").is_ok()
+                    && c.read_exact(&mut b).is_ok();
+                if !ok {
+                    die(&"tcp ping-pong failed");
+                }
+            }
+        }
+        None => {
+            for _ in 0..calls {
+                // SAFETY: getppid has no arguments and no side effects.
+                unsafe { libc::syscall(libc::SYS_getppid) };
+            }
+        }
+    }
+    let ns = thread_cpu_ns().saturating_sub(t0) as f64 / calls.max(1) as f64;
+    println!("{ns:.2}");
+}
+
+/// CPU time of the calling thread, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn die(e: &dyn std::fmt::Display) -> ! {
+    eprintln!("ebee-load: {e}");
+    std::process::exit(1);
+}
+
 fn main() {
     let args = Args::parse();
     match args.cmd {
+        Cmd::Syscalls { calls, kind } => syscalls(calls, &kind),
+        Cmd::Sleeper { ms, seconds } => {
+            let stop = deadline(seconds);
+            while stop.is_none_or(|s| Instant::now() < s) {
+                std::thread::sleep(Duration::from_millis(ms));
+            }
+        }
         Cmd::Burn {
             duty,
             period_ms,

@@ -1,0 +1,425 @@
+//! The QoS pipeline: `sys_enter` and `sys_exit` (tp_btf, one program per hook) follow the
+//! syscalls of pinned processes only. Userspace attaches them when the first process is pinned
+//! and detaches them when the last pin goes, so with nothing pinned no syscall pays anything.
+//!
+//! Every other process pays the pin check: one helper call for the tgid and eight compares
+//! against the pin table, which sits in one cache line.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
+use ebee_shared::{
+    ctl,
+    qos::{
+        self, CONN_IN_REQUEST, Conn, MAX_PINS, NR_OTHER, NR_SLOTS, PinStat, ROLE_MASK,
+        ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, SYS_HISTS, THREAD_SLOTS, nr, pin_entry,
+    },
+};
+
+use crate::maps::{
+    CTL, QOS_CONNS, QOS_CPU, QOS_HIST, QOS_HIST_IDX, QOS_OFFSETS, QOS_PIN, QOS_PIN_STATE, QOS_PINS,
+    QOS_PORTS, QOS_SYS, QOS_THREADS,
+};
+use crate::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add};
+
+/// The pin slot and generation of `tgid`, if it is pinned.
+#[inline(always)]
+fn pinned(tgid: u32) -> Option<(u32, u32)> {
+    let t = QOS_PINS.get_ptr(0)?;
+    let mut i = 0;
+    while i < MAX_PINS {
+        // SAFETY: `t` is the array's one value; `i` is below the array length. A volatile read
+        // of each word: userspace rewrites the table while programs run.
+        let e = unsafe { core::ptr::read_volatile(&raw const (*t).pins[i]) };
+        if e as u32 == tgid {
+            return Some((i as u32, (e >> 32) as u32));
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The pin table entry of `slot`, read again.
+#[inline(always)]
+fn pinned_at(slot: u32) -> Option<u64> {
+    let t = QOS_PINS.get_ptr(0)?;
+    // SAFETY: `t` is the array's one value; the index is masked below MAX_PINS.
+    Some(unsafe { core::ptr::read_volatile(&raw const (*t).pins[slot as usize & (MAX_PINS - 1)]) })
+}
+
+#[btf_tracepoint(function = "sys_enter")]
+pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let Some((_, gen_)) = pinned((pid_tgid >> 32) as u32) else {
+        return 0;
+    };
+    let tid = pid_tgid as u32;
+    let id: i64 = ctx.arg(1);
+    let Some(ts) = QOS_THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1)) else {
+        return 0;
+    };
+    // exit and exit_group never return: leave no open syscall behind for a later thread that
+    // gets the same slot.
+    let tag = if id < 0 || id as u32 == nr::EXIT || id as u32 == nr::EXIT_GROUP {
+        0
+    } else {
+        qos::thread_tag(gen_, id as u32)
+    };
+    // SAFETY: a valid array value; only this thread's syscalls write its slot (a thread
+    // sharing the slot overwrites it, which the exit side detects by `tid`).
+    unsafe {
+        (*ts).start_ns = crate::now_ns();
+        (*ts).tid = tid;
+        (*ts).tag = tag;
+    }
+    0
+}
+
+#[btf_tracepoint(function = "sys_exit")]
+pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let Some((slot, gen_)) = pinned(tgid) else {
+        return 0;
+    };
+    let Some(cpu) = QOS_CPU.get_ptr_mut(0) else {
+        return 0;
+    };
+    // Mark this CPU busy before reading the epoch (a full barrier), as the CPU pipeline does:
+    // userspace waits for the mark to clear before it reads the interval it just closed.
+    // SAFETY: this CPU's value of a per-CPU array; the program does not nest on one CPU.
+    unsafe { atomic_add(&raw mut (*cpu).seq, 1) };
+    // Check the pin again now that this CPU is marked: userspace clears a slot's data only
+    // after removing the pin and waiting for every marked CPU, so a run that passed the first
+    // check just before the removal must not write into the slot's next owner.
+    if pinned_at(slot) == Some(pin_entry(tgid, gen_)) {
+        // SAFETY: called by the kernel with the sys_exit arguments (regs, ret).
+        unsafe { exit_body(&ctx, pid_tgid, tgid, slot, gen_) };
+    }
+    // SAFETY: as above.
+    unsafe { atomic_add(&raw mut (*cpu).seq, 1) };
+    0
+}
+
+/// # Safety
+/// `ctx` must be the sys_exit tp_btf context.
+#[inline(always)]
+unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: u32, gen_: u32) {
+    let now = crate::now_ns();
+    let Some(c) = CTL.get_ptr(0) else { return };
+    // SAFETY: a valid map value; the epoch word is read with one 8-byte load.
+    let epoch = unsafe { core::ptr::read_volatile(&raw const (*c).epoch) };
+    let parity = ctl::parity(epoch);
+    let base = parity * MAX_PINS as u32 + slot;
+    let Some(pin) = QOS_PIN.get_ptr_mut(base) else {
+        return;
+    };
+    let tid = pid_tgid as u32;
+    let Some(ts) = QOS_THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1)) else {
+        return;
+    };
+    // SAFETY: a valid array value (see sys_enter).
+    let (start, stid, tag) = unsafe { ((*ts).start_ns, (*ts).tid, (*ts).tag) };
+    if stid != tid || tag == 0 || qos::tag_gen(tag) != gen_ & 0xffff || start > now {
+        // SAFETY: a valid array value; the counter is shared by all CPUs.
+        unsafe { atomic_add(&raw mut (*pin).unmatched, 1) };
+        return;
+    }
+    // SAFETY: as above; the syscall is closed.
+    unsafe { (*ts).tag = 0 };
+    let nr = qos::tag_nr(tag);
+    let lat = now - start;
+    let nrs = if (nr as usize) < NR_SLOTS {
+        nr as usize
+    } else {
+        NR_OTHER
+    } & (NR_SLOTS - 1);
+    if let Some(t) = QOS_SYS.get_ptr_mut(base) {
+        // SAFETY: a valid array value; `nrs` is below NR_SLOTS. Counters are shared by all
+        // CPUs, so atomic adds. The maximum is a plain compare-and-store: a race may keep the
+        // smaller of two values.
+        unsafe {
+            let s = &raw mut (*t).nr[nrs];
+            atomic_add(&raw mut (*s).count, 1);
+            atomic_add(&raw mut (*s).total_ns, lat);
+            if lat > (*s).max_ns {
+                (*s).max_ns = lat;
+            }
+        }
+    }
+    let h = hist_of(slot, nrs, pin);
+    if let Some(t) = QOS_HIST.get_ptr_mut(base) {
+        let b = qos::bucket(lat);
+        // SAFETY: a valid array value; `h` is below SYS_HISTS and `b` below BUCKETS by
+        // construction.
+        unsafe { atomic_add32(&raw mut (*t).h[h].buckets[b], 1) };
+    }
+    if qos_offsets().valid == 0 {
+        return;
+    }
+    let ret: i64 = ctx.arg(1);
+    match nr {
+        nr::READ | nr::READV | nr::RECVFROM | nr::RECVMSG | nr::RECVMMSG if ret > 0 => {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            request_io(tgid, fd, gen_, false, now, pin);
+        }
+        nr::WRITE | nr::WRITEV | nr::SENDTO | nr::SENDMSG | nr::SENDMMSG | nr::SENDFILE
+            if ret > 0 =>
+        {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            request_io(tgid, fd, gen_, true, now, pin);
+        }
+        nr::ACCEPT | nr::ACCEPT4 if ret >= 0 => {
+            new_conn(tgid, ret as u32, gen_, ROLE_SERVER, pin);
+            // SAFETY: a valid array value.
+            unsafe { atomic_add(&raw mut (*pin).accepts, 1) };
+        }
+        // 0, or -EINPROGRESS for a non-blocking connect.
+        nr::CONNECT if ret == 0 || ret == -115 => {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            new_conn(tgid, fd, gen_, ROLE_OTHER, pin);
+        }
+        nr::LISTEN if ret == 0 => {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            mark_listen(fd);
+        }
+        nr::CLOSE if ret == 0 => {
+            // SAFETY: sys_exit context.
+            let fd = unsafe { arg0(ctx) } as u32;
+            let _ = QOS_CONNS.remove(conn_key(tgid, fd));
+        }
+        _ => {}
+    }
+}
+
+/// The histogram of syscall `nrs` of pin slot `slot`, handed out on first use.
+#[inline(always)]
+fn hist_of(slot: u32, nrs: usize, pin: *mut PinStat) -> usize {
+    let Some(t) = QOS_HIST_IDX.get_ptr_mut(slot) else {
+        return 0;
+    };
+    // SAFETY: a valid array value; `nrs` is below NR_SLOTS.
+    let idx = unsafe { &raw mut (*t).idx[nrs & (NR_SLOTS - 1)] };
+    // SAFETY: as above.
+    let h = unsafe { core::ptr::read_volatile(idx) };
+    if h != 0 {
+        return h as usize & (SYS_HISTS - 1);
+    }
+    let Some(st) = QOS_PIN_STATE.get_ptr_mut(slot) else {
+        return 0;
+    };
+    // SAFETY: a valid array value; the counter only grows until userspace resets the slot.
+    let n = unsafe { atomic_fetch_add(&raw mut (*st).next_hist, 1) } + 1;
+    if n >= SYS_HISTS as u64 {
+        // SAFETY: a valid array value.
+        unsafe { atomic_add(&raw mut (*pin).hist_full, 1) };
+        return 0;
+    }
+    // Another CPU may have handed one out for the same syscall meanwhile: keep the first.
+    // SAFETY: a valid array value; `idx` is 8-byte aligned.
+    let old = unsafe { atomic_cmpxchg(idx, 0, n) };
+    let h = if old == 0 { n } else { old };
+    h as usize & (SYS_HISTS - 1)
+}
+
+/// First argument of the syscall (the file descriptor of every call the model follows).
+///
+/// # Safety
+/// `ctx` must be the sys_exit (or sys_enter) tp_btf context.
+#[inline(always)]
+unsafe fn arg0(ctx: &BtfTracePointContext) -> u64 {
+    let regs: *const u8 = ctx.arg(0);
+    let off = qos_offsets().regs_di as usize;
+    // SAFETY: `regs` is the syscall's pt_regs; the offset of `di` comes from the kernel's BTF.
+    unsafe { bpf_probe_read_kernel(regs.add(off) as *const u64) }.unwrap_or(u64::MAX)
+}
+
+#[inline(always)]
+fn qos_offsets() -> ebee_shared::qos::Offsets {
+    // SAFETY: a valid static; volatile only stops the compiler from folding the defaults in.
+    unsafe { core::ptr::read_volatile(&raw const QOS_OFFSETS) }
+}
+
+#[inline(always)]
+fn conn_key(tgid: u32, fd: u32) -> u64 {
+    ((tgid as u64) << 32) | fd as u64
+}
+
+/// Read a kernel value of type `T` at `base + off`; None for a null base or a fault.
+#[inline(always)]
+fn kread<T>(base: u64, off: u32) -> Option<T> {
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+    unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.ok()
+}
+
+/// The `struct file` behind descriptor `fd` of the current task (0 if none).
+#[inline(always)]
+fn fd_file(fd: u32) -> u64 {
+    let o = qos_offsets();
+    // SAFETY: a plain helper call.
+    let task = unsafe { bpf_get_current_task() };
+    let files: u64 = kread(task, o.task_files).unwrap_or(0);
+    let fdt: u64 = kread(files, o.files_fdt).unwrap_or(0);
+    let max: u32 = kread(fdt, o.fdt_max_fds).unwrap_or(0);
+    if fd >= max {
+        return 0;
+    }
+    let arr: u64 = kread(fdt, o.fdt_fd).unwrap_or(0);
+    if arr == 0 {
+        return 0;
+    }
+    kread(arr, fd * 8).unwrap_or(0)
+}
+
+/// Role of an open file for the request model.
+#[inline(always)]
+fn classify(file: u64) -> u32 {
+    let o = qos_offsets();
+    let inode: u64 = kread(file, o.file_inode).unwrap_or(0);
+    let mode: u16 = kread(inode, o.inode_mode).unwrap_or(0);
+    if mode & 0o170000 != 0o140000 {
+        return ROLE_NOT_SOCKET;
+    }
+    let sock: u64 = kread(file, o.file_private).unwrap_or(0);
+    let sk: u64 = kread(sock, o.socket_sk).unwrap_or(0);
+    let family: u16 = kread(sk, o.sk_family).unwrap_or(0);
+    // AF_INET, AF_INET6: server side when the local port is one a pinned process listens on.
+    if family == 2 || family == 10 {
+        let port: u16 = kread(sk, o.sk_num).unwrap_or(0);
+        if let Some(w) = QOS_PORTS.get_ptr((port >> 6) as u32) {
+            // SAFETY: a valid array value.
+            if unsafe { core::ptr::read_volatile(w) } & (1u64 << (port & 63)) != 0 {
+                return ROLE_SERVER;
+            }
+        }
+    }
+    ROLE_OTHER
+}
+
+/// Remember the local port of a socket that started listening.
+#[inline(always)]
+fn mark_listen(fd: u32) {
+    let o = qos_offsets();
+    let file = fd_file(fd);
+    let sock: u64 = kread(file, o.file_private).unwrap_or(0);
+    let sk: u64 = kread(sock, o.socket_sk).unwrap_or(0);
+    let port: u16 = kread(sk, o.sk_num).unwrap_or(0);
+    if port == 0 {
+        return;
+    }
+    if let Some(w) = QOS_PORTS.get_ptr_mut((port >> 6) as u32) {
+        // SAFETY: a valid array value. A plain read-modify-write: two listen() calls racing
+        // on ports of the same word may lose one bit until userspace's next refresh.
+        unsafe { *w |= 1u64 << (port & 63) };
+    }
+}
+
+/// Start following a descriptor with a known role (accept, connect).
+#[inline(always)]
+fn new_conn(tgid: u32, fd: u32, gen_: u32, role: u32, pin: *mut PinStat) {
+    let file = fd_file(fd);
+    if file == 0 {
+        return;
+    }
+    let c = Conn {
+        file,
+        start_ns: 0,
+        gen_,
+        flags: role,
+    };
+    if QOS_CONNS.insert(conn_key(tgid, fd), c, 0).is_err() {
+        // SAFETY: a valid array value.
+        unsafe { atomic_add(&raw mut (*pin).conn_full, 1) };
+    }
+}
+
+/// A receive (`send == false`) or send that moved data on `fd`: the request model.
+#[inline(always)]
+fn request_io(tgid: u32, fd: u32, gen_: u32, send: bool, now: u64, pin: *mut PinStat) {
+    let file = fd_file(fd);
+    if file == 0 {
+        return;
+    }
+    let key = conn_key(tgid, fd);
+    let c = match QOS_CONNS.get_ptr_mut(key) {
+        // SAFETY: a valid hash value; only threads of this process touch its keys.
+        Some(c) if unsafe { (*c).file == file && (*c).gen_ == gen_ } => c,
+        _ => {
+            // First sight of this descriptor (or another file behind the same number).
+            let fresh = Conn {
+                file,
+                start_ns: 0,
+                gen_,
+                flags: classify(file),
+            };
+            if QOS_CONNS.insert(key, fresh, 0).is_err() {
+                // SAFETY: a valid array value.
+                unsafe { atomic_add(&raw mut (*pin).conn_full, 1) };
+                return;
+            }
+            match QOS_CONNS.get_ptr_mut(key) {
+                Some(c) => c,
+                None => return,
+            }
+        }
+    };
+    // SAFETY: a valid hash value (see above).
+    let c = unsafe { &mut *c };
+    match c.flags & ROLE_MASK {
+        ROLE_SERVER => {}
+        ROLE_OTHER => {
+            // SAFETY: a valid array value.
+            unsafe { atomic_add(&raw mut (*pin).other_sock_io, 1) };
+            return;
+        }
+        _ => return,
+    }
+    if !send {
+        // SAFETY: a valid array value.
+        unsafe { atomic_add(&raw mut (*pin).recvs, 1) };
+        if c.flags & CONN_IN_REQUEST == 0 {
+            c.start_ns = now;
+            c.flags |= CONN_IN_REQUEST;
+        }
+        return;
+    }
+    if c.flags & CONN_IN_REQUEST == 0 {
+        // SAFETY: a valid array value.
+        unsafe { atomic_add(&raw mut (*pin).sends_idle, 1) };
+        return;
+    }
+    c.flags &= !CONN_IN_REQUEST;
+    let lat = now.saturating_sub(c.start_ns);
+    let b = qos::bucket(lat);
+    // SAFETY: a valid array value; `b` is below BUCKETS by construction.
+    unsafe {
+        atomic_add(&raw mut (*pin).requests, 1);
+        atomic_add(&raw mut (*pin).req_total_ns, lat);
+        if lat > (*pin).req_max_ns {
+            (*pin).req_max_ns = lat;
+        }
+        atomic_add32(&raw mut (*pin).req_hist.buckets[b], 1);
+    }
+}
+
+/// An empty `sys_enter` program, attached only by the overhead benchmark to measure the floor
+/// of any enter/exit design on this machine.
+#[btf_tracepoint(function = "sys_enter")]
+pub fn floor_enter(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+/// An empty `sys_exit` program (see `floor_enter`).
+#[btf_tracepoint(function = "sys_exit")]
+pub fn floor_exit(_ctx: BtfTracePointContext) -> i32 {
+    0
+}

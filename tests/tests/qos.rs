@@ -1,0 +1,318 @@
+//! Privileged tests of the QoS pipeline on the real kernel: request throughput and latency of a
+//! TCP server against its clients' count and its own clock, the syscall histogram of a sleep
+//! loop, exits of pinned processes, and that nothing hooks syscalls while nothing is pinned.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ebee_tests::{ebee_top, load, privileged};
+use ebee_top::model::Model;
+use ebee_top::probes::ProbeConfig;
+use ebee_top::source::{Live, Source};
+
+const TICK: Duration = Duration::from_millis(100);
+
+/// A thread-per-connection server: each request is 4 bytes naming a delay in µs; the server
+/// sleeps that long and answers 4 bytes. It records its own read-to-write time per request.
+fn server(stop: Arc<AtomicBool>) -> (u16, Arc<Mutex<Vec<u64>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let own = Arc::new(Mutex::new(Vec::new()));
+    let own2 = own.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let own = own2.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let _ = c.set_nodelay(true);
+                let mut req = [0u8; 4];
+                while !stop.load(Ordering::Relaxed) && c.read_exact(&mut req).is_ok() {
+                    let t0 = Instant::now();
+                    std::thread::sleep(Duration::from_micros(u64::from(u32::from_le_bytes(req))));
+                    if c.write_all(b"done").is_err() {
+                        return;
+                    }
+                    own.lock().unwrap().push(t0.elapsed().as_nanos() as u64);
+                }
+            });
+        }
+    });
+    (port, own)
+}
+
+/// Exact percentile of a sample (nearest rank).
+fn pct(v: &mut [u64], q: f64) -> f64 {
+    v.sort_unstable();
+    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i] as f64 / 1000.0
+}
+
+#[test]
+fn tcp_server_rps_and_latency_match_its_clients() {
+    if !privileged("tcp_server_rps_and_latency_match_its_clients") {
+        return;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (port, own) = server(stop.clone());
+    let mut live = Live::start(ProbeConfig::default(), TICK).expect("loading eBPF");
+    // The server is this test process: pin ourselves.
+    live.set_pins(&[std::process::id()]).unwrap();
+    let mut model = Model::new();
+    for _ in 0..3 {
+        model.ingest(&live.next_batch().unwrap().unwrap());
+    }
+    // Four clients, each sending requests one after the other: 60% at 2 ms, 40% at 20 ms.
+    let sent = Arc::new(AtomicU64::new(0));
+    let run = Arc::new(AtomicBool::new(true));
+    let clients: Vec<_> = (0..4)
+        .map(|k| {
+            let sent = sent.clone();
+            let run = run.clone();
+            std::thread::spawn(move || {
+                let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                c.set_nodelay(true).unwrap();
+                let mut i = k;
+                let mut resp = [0u8; 4];
+                while run.load(Ordering::Relaxed) {
+                    let us: u32 = if i % 5 < 3 { 2_000 } else { 20_000 };
+                    c.write_all(&us.to_le_bytes()).unwrap();
+                    c.read_exact(&mut resp).unwrap();
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    // About 3 s of traffic, inside the model's 10 s window.
+    let mut requests = 0;
+    let mut n_batches = 0;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        let b = live.next_batch().unwrap().unwrap();
+        requests += b.qos.procs.iter().map(|p| p.requests.requests).sum::<u64>();
+        model.ingest(&b);
+        n_batches += 1;
+    }
+    run.store(false, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    // One more interval collects the answers sent after the last one.
+    for _ in 0..3 {
+        let b = live.next_batch().unwrap().unwrap();
+        requests += b.qos.procs.iter().map(|p| p.requests.requests).sum::<u64>();
+        model.ingest(&b);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let client = sent.load(Ordering::Relaxed);
+    assert!(n_batches >= 20, "only {n_batches} intervals");
+    assert!(client > 200, "the clients completed only {client} requests");
+    let err = (requests as f64 - client as f64).abs() / client as f64;
+    assert!(
+        err <= 0.05,
+        "ebee-top counted {requests} requests, the clients {client}"
+    );
+
+    let v = model
+        .qos
+        .view(std::process::id())
+        .expect("a QoS view of ourselves");
+    assert!(v.server, "the test process serves requests: {v:?}");
+    // The window holds the whole run: its rate times its span is the count.
+    assert!(v.window.span_s < 10.1);
+    let in_window = v.window.rps * v.window.span_s;
+    assert!(
+        (in_window - client as f64).abs() / (client as f64) <= 0.05,
+        "window rps {} over {} s vs {client} requests",
+        v.window.rps,
+        v.window.span_s
+    );
+    let mut own = own.lock().unwrap().clone();
+    let (p50, p99) = (pct(&mut own, 0.5), pct(&mut own, 0.99));
+    let (e50, e99) = (v.window.p50_us.unwrap(), v.window.p99_us.unwrap());
+    assert!(
+        (2000.0..2000.0 * 1.5).contains(&p50) && (20000.0..20000.0 * 1.5).contains(&p99),
+        "the server's own p50 {p50} µs, p99 {p99} µs: the machine is too loaded for this test"
+    );
+    assert!(
+        (e50 - p50).abs() / p50 <= 0.10,
+        "p50: ebee-top {e50} µs, server {p50} µs"
+    );
+    assert!(
+        (e99 - p99).abs() / p99 <= 0.10,
+        "p99: ebee-top {e99} µs, server {p99} µs"
+    );
+    // The syscalls the model followed are there too.
+    let names: Vec<&str> = v.top_syscalls.iter().map(|s| s.name.as_str()).collect();
+    assert!(
+        names.contains(&"read") || names.contains(&"recvfrom"),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn a_pinned_sleep_loop_shows_its_sleep() {
+    if !privileged("a_pinned_sleep_loop_shows_its_sleep") {
+        return;
+    }
+    let child = load(&["sleeper", "--ms", "10"]);
+    let mut live = Live::start(ProbeConfig::default(), TICK).expect("loading eBPF");
+    live.set_pins(&[child.pid()]).unwrap();
+    let mut model = Model::new();
+    for _ in 0..15 {
+        model.ingest(&live.next_batch().unwrap().unwrap());
+    }
+    let v = model
+        .qos
+        .view(child.pid())
+        .expect("a QoS view of the sleeper");
+    assert!(!v.server, "a sleep loop answers no requests");
+    let sleep = v
+        .top_syscalls
+        .iter()
+        .find(|s| s.name == "clock_nanosleep" || s.name == "nanosleep")
+        .unwrap_or_else(|| panic!("no sleep syscall in {:?}", v.top_syscalls));
+    assert_eq!(
+        v.top_syscalls[0].nr, sleep.nr,
+        "the sleep takes the most time"
+    );
+    // 1.5 s of 10 ms sleeps (minus the overshoot of each).
+    assert!(
+        (100..=155).contains(&sleep.count),
+        "{} sleeps in {} s",
+        sleep.count,
+        v.window.span_s
+    );
+    let p50 = sleep.p50_us.unwrap();
+    assert!((10_000.0..13_000.0).contains(&p50), "sleep p50 {p50} µs");
+    // The histogram puts the mass at 10 ms and above.
+    let bins = model.qos.hist_bins(
+        child.pid(),
+        ebee_top::model::qos::HistOf::Syscall(sleep.nr),
+        4,
+    );
+    let total: u64 = bins.iter().map(|b| b.count).sum();
+    let at_sleep: u64 = bins
+        .iter()
+        .filter(|b| b.hi_ns > 10_000_000 && b.lo_ns < 14_000_000)
+        .map(|b| b.count)
+        .sum();
+    assert_eq!(total, sleep.count);
+    assert!(
+        at_sleep * 10 >= total * 9,
+        "only {at_sleep} of {total} sleeps near 10 ms: {bins:?}"
+    );
+}
+
+#[test]
+fn an_exited_pin_is_reported_once_then_dropped_and_hooks_come_off() {
+    if !privileged("an_exited_pin_is_reported_once_then_dropped_and_hooks_come_off") {
+        return;
+    }
+    let mut live = Live::start(ProbeConfig::default(), TICK).expect("loading eBPF");
+    assert!(
+        !live.probes().syscalls_attached(),
+        "nothing pinned, no hook"
+    );
+    let child = load(&["sleeper", "--ms", "5", "--seconds", "0.6"]);
+    let pid = child.pid();
+    live.set_pins(&[pid]).unwrap();
+    assert!(live.probes().syscalls_attached());
+    let mut exited_reports = 0;
+    let mut seen_after = 0;
+    let mut syscalls_before_exit = 0;
+    for _ in 0..20 {
+        let b = live.next_batch().unwrap().unwrap();
+        for s in b.qos.procs.iter().filter(|s| s.pid == pid) {
+            if exited_reports > 0 {
+                seen_after += 1;
+            }
+            syscalls_before_exit += s.syscalls.iter().map(|x| x.count).sum::<u64>();
+            if s.exited {
+                assert!(s.last);
+                exited_reports += 1;
+            }
+        }
+    }
+    drop(child);
+    assert_eq!(exited_reports, 1, "the exit is reported exactly once");
+    assert_eq!(seen_after, 0, "nothing after the exit");
+    assert!(syscalls_before_exit > 50);
+    assert!(live.pins().is_empty(), "dropped from the pin table");
+    assert!(
+        !live.probes().syscalls_attached(),
+        "the last pin went: the syscall hooks are detached"
+    );
+}
+
+#[test]
+fn unpinning_detaches_and_a_missing_pid_is_refused() {
+    if !privileged("unpinning_detaches_and_a_missing_pid_is_refused") {
+        return;
+    }
+    let mut live = Live::start(ProbeConfig::default(), TICK).expect("loading eBPF");
+    let a = load(&["sleeper", "--ms", "5"]);
+    live.set_pins(&[a.pid()]).unwrap();
+    assert!(live.probes().syscalls_attached());
+    // pid_max is at most 4194304: this pid cannot exist. The pin set stays as it was.
+    assert!(live.set_pins(&[a.pid(), 5_000_000]).is_err());
+    assert_eq!(live.pins(), &[a.pid()]);
+    live.next_batch().unwrap();
+    live.set_pins(&[]).unwrap();
+    assert!(!live.probes().syscalls_attached());
+    // The unpinned process is reported one last time.
+    let b = live.next_batch().unwrap().unwrap();
+    let last: Vec<_> = b.qos.procs.iter().filter(|s| s.pid == a.pid()).collect();
+    assert_eq!(last.len(), 1);
+    assert!(last[0].last && !last[0].exited);
+    let b = live.next_batch().unwrap().unwrap();
+    assert!(b.qos.procs.is_empty());
+}
+
+#[test]
+fn cli_missing_pid_exits_5_with_one_line() {
+    if !privileged("cli_missing_pid_exits_5_with_one_line") {
+        return;
+    }
+    let (code, out, err) = ebee_top(&["-b", "-n", "1", "-p", "4999999"]);
+    assert_eq!(code, 5, "stderr: {err}");
+    assert!(out.is_empty());
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("4999999"), "{err}");
+}
+
+#[test]
+fn cli_json_has_a_qos_entry_per_pinned_process() {
+    if !privileged("cli_json_has_a_qos_entry_per_pinned_process") {
+        return;
+    }
+    let child = load(&["sleeper", "--ms", "10"]);
+    let pid = child.pid().to_string();
+    let (code, out, err) =
+        ebee_top(&["-b", "-n", "4", "-d", "0.1", "--format", "json", "-p", &pid]);
+    assert_eq!(code, 0, "stderr: {err}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let q = last["qos"].as_array().expect("qos: array");
+    assert_eq!(q.len(), 1);
+    let q = &q[0];
+    assert_eq!(q["pid"].as_u64(), Some(u64::from(child.pid())));
+    assert_eq!(q["comm"], "ebee-load");
+    for k in ["syscalls_per_s", "rps"] {
+        assert!(q[k].is_f64(), "{k}");
+    }
+    for k in ["p50_us", "p99_us", "p999_us", "max_us"] {
+        assert!(q[k].is_null(), "{k}: a sleeper answers no requests");
+    }
+    let top = q["top_syscalls"].as_array().unwrap();
+    assert!(
+        top[0]["name"].as_str().unwrap().contains("sleep"),
+        "{top:?}"
+    );
+    assert!(top[0]["p50_us"].as_f64().unwrap() > 9_000.0);
+}
