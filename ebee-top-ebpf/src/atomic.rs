@@ -1,5 +1,7 @@
 //! BPF atomic instructions. Rust's core offers no read-modify-write atomics on the BPF target,
-//! so these are the instructions themselves (each a full memory barrier on x86).
+//! so these are the instructions themselves. Only the fetch variants (`atomic_fetch_add`,
+//! `atomic_cmpxchg`) are fully ordered in the BPF memory model (on arm64 too); the plain adds
+//! are atomic but unordered, fine for counters, not for handshakes.
 
 /// `*p += v` (64-bit).
 ///

@@ -11,6 +11,7 @@ use ebee_shared::{
     ctl,
 };
 
+use crate::atomic_fetch_add;
 use crate::maps::{
     CPU_SHADOW0, CPU_SHADOW1, CPU_SKETCH, CPU_STATE, CPU_TRACE, CTL, SHADOW_ON, TASK_TGID_OFF,
     TRACE_ON, count_drop, global,
@@ -34,7 +35,7 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<(), ()> {
     // that this program does not see is ordered after this mark, and userspace waits for it.
     // SAFETY: `st` points at this CPU's value of a per-CPU array; only this CPU writes it and
     // the program cannot nest on one CPU.
-    unsafe { atomic_add(&raw mut (*st).seq, 1) };
+    unsafe { atomic_fetch_add(&raw mut (*st).seq, 1) };
 
     let c = CTL.get_ptr(0).ok_or(())?;
     // SAFETY: a valid map value; the epoch word is read with one 8-byte load.
@@ -88,7 +89,7 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<(), ()> {
     // Done: ordered after every store above, so once userspace sees the even value, the
     // interval this run wrote to is complete.
     // SAFETY: as above.
-    unsafe { atomic_add(&raw mut (*st).seq, 1) };
+    unsafe { atomic_fetch_add(&raw mut (*st).seq, 1) };
     Ok(())
 }
 
@@ -145,26 +146,6 @@ pub fn flip(_ctx: RawTracePointContext) -> i32 {
     // BPF has no plain atomic store; as the only writer, adding the difference atomically
     // replaces the word in one 8-byte operation (and is a full barrier).
     // SAFETY: as above; an aligned u64 inside the map value.
-    unsafe { atomic_add(&raw mut (*c).epoch, new.wrapping_sub(old)) };
+    unsafe { atomic_fetch_add(&raw mut (*c).epoch, new.wrapping_sub(old)) };
     0
-}
-
-/// `*p += v` as one BPF atomic fetch-and-add. The fetch variants are fully ordered in the BPF
-/// memory model (a `lock xadd` on x86, an `ldaddal` on arm64), which the seq handshake and the
-/// flip rely on. Rust's core offers no read-modify-write atomics on the BPF target, so this is
-/// the instruction itself.
-///
-/// # Safety
-/// `p` must be a valid, 8-byte aligned pointer into a map value.
-#[inline(always)]
-unsafe fn atomic_add(p: *mut u64, v: u64) {
-    // SAFETY: the caller guarantees `p`; the instruction touches only `*p`.
-    unsafe {
-        core::arch::asm!(
-            "{v} = atomic_fetch_add((u64 *)({p} + 0), {v})",
-            p = in(reg) p,
-            v = inout(reg) v => _,
-            options(nostack),
-        )
-    }
 }

@@ -3,7 +3,7 @@
 //! body; all maps live in `maps.rs`; all sizes and algorithms come from `ebee-shared`.
 #![no_std]
 #![no_main]
-// Inline assembly on the BPF target (for the atomic add in cpu.rs).
+// Inline assembly on the BPF target (the atomic instructions in atomic.rs).
 #![feature(asm_experimental_arch)]
 
 mod atomic;

@@ -90,7 +90,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
     // Mark this CPU busy before reading the epoch (a full barrier), as the CPU pipeline does:
     // userspace waits for the mark to clear before it reads the interval it just closed.
     // SAFETY: this CPU's value of a per-CPU array; the program does not nest on one CPU.
-    unsafe { atomic_add(&raw mut (*cpu).seq, 1) };
+    unsafe { atomic_fetch_add(&raw mut (*cpu).seq, 1) };
     // Check the pin again now that this CPU is marked: userspace clears a slot's data only
     // after removing the pin and waiting for every marked CPU, so a run that passed the first
     // check just before the removal must not write into the slot's next owner.
@@ -99,7 +99,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
         unsafe { exit_body(&ctx, pid_tgid, tgid, slot, gen_) };
     }
     // SAFETY: as above.
-    unsafe { atomic_add(&raw mut (*cpu).seq, 1) };
+    unsafe { atomic_fetch_add(&raw mut (*cpu).seq, 1) };
     0
 }
 
