@@ -17,6 +17,10 @@ pub enum Msg {
     Signal(i32),
     /// The source failed; the message is shown and the app quits.
     SourceError(String),
+    /// From the replay thread: the next interval, a rebuilt Model, or a new status.
+    Replay(Box<crate::replay::ReplayUpdate>),
+    /// From the recorder thread: where the recording stands.
+    Recording(crate::record::RecStatus),
 }
 
 /// What the UI loop must do after an update.
@@ -25,6 +29,8 @@ pub enum Effect {
     None,
     Redraw,
     SetInterval(Duration),
+    /// Pass a command to the replay thread.
+    Replay(crate::replay::ReplayCmd),
     Quit,
 }
 
@@ -37,6 +43,10 @@ pub struct App {
     /// Rows shown while paused (collection goes on underneath).
     pub frozen: Option<Vec<crate::model::CpuEntry>>,
     pub error: Option<String>,
+    /// Set when replaying a recording (replay.rs).
+    pub replay: Option<crate::replay::ReplayControl>,
+    /// Set when recording (record/recorder.rs).
+    pub recording: Option<crate::record::RecStatus>,
 }
 
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -52,6 +62,8 @@ impl App {
             interval,
             frozen: None,
             error: None,
+            replay: None,
+            recording: None,
         }
     }
 
@@ -78,6 +90,11 @@ impl App {
                 self.error = Some(e);
                 Effect::Quit
             }
+            Msg::Replay(u) => self.on_replay(*u),
+            Msg::Recording(s) => {
+                self.recording = Some(s);
+                Effect::None
+            }
             Msg::Input(Event::Resize(..)) => Effect::Redraw,
             Msg::Input(Event::Key(k)) if k.kind != KeyEventKind::Release => self.key(k),
             Msg::Input(_) => Effect::None,
@@ -85,6 +102,9 @@ impl App {
     }
 
     fn key(&mut self, k: KeyEvent) -> Effect {
+        if let Some(e) = self.replay.as_mut().and_then(|r| r.key(&k)) {
+            return e;
+        }
         let n = self.rows().len();
         match k.code {
             KeyCode::Char('q') => Effect::Quit,

@@ -1,8 +1,11 @@
 //! Command-line flags (clap). Parsing errors exit with code 2, like every other usage error.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::record::timespec::TimeSpec;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -14,7 +17,8 @@ pub enum Format {
 
 /// ebee-top: a top for Linux whose numbers come from eBPF programs in the kernel.
 #[derive(Debug, Parser)]
-#[command(name = "ebee-top", version, about, long_about = None)]
+#[command(name = "ebee-top", version, about, long_about = None,
+          args_conflicts_with_subcommands = true)]
 pub struct Cli {
     /// Seconds between updates, like top's -d (minimum 0.01).
     #[arg(short = 'd', long = "delay", value_name = "SECS", default_value = "0.05",
@@ -59,6 +63,147 @@ pub struct Cli {
     /// exit.
     #[arg(long)]
     pub print_maps: bool,
+
+    /// Record every interval to FILE (created 0600; replay it with `ebee-top replay FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+
+    /// Replace an existing recording file (never a symlink or a directory).
+    #[arg(long, requires = "record")]
+    pub force: bool,
+
+    /// Stop recording before the file grows past SIZE bytes (suffixes K, M, G: KiB, MiB,
+    /// GiB; at least 64K). Monitoring goes on.
+    #[arg(long, value_name = "SIZE", requires = "record", value_parser = parse_size)]
+    pub record_max_size: Option<u64>,
+
+    /// With --record-max-size: rotate instead of stopping, keeping KEEP finished files
+    /// (FILE.1 the newest).
+    #[arg(long, value_name = "KEEP", requires = "record_max_size",
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub record_rotate: Option<u32>,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands; without one, ebee-top monitors the live kernel.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Play a recording back on the same screens (no privileges needed).
+    Replay(ReplayArgs),
+    /// Write a recording's intervals as JSON Lines (the batch schema), CSV or text.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The recording.
+    pub file: PathBuf,
+
+    /// Playback speed, 0.25 to 16.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
+    pub speed: f64,
+
+    /// Start at this time: HH:MM[:SS] (UTC, as on screen), +DUR from the start, -DUR before
+    /// the end, or @UNIX_SECONDS.
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    pub from: Option<TimeSpec>,
+
+    /// Start paused.
+    #[arg(long)]
+    pub paused: bool,
+
+    /// Number of processes to show.
+    #[arg(short = 'k', long = "top", value_name = "K", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub top: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// JSON Lines, exactly as `ebee-top -b --format json` prints them.
+    Json,
+    /// CSV of one table (--table), with a header row.
+    Csv,
+    /// top-style text, as `ebee-top -b` prints it.
+    Text,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Table {
+    /// One row per interval: time, length, switches, losses, own cost.
+    Intervals,
+    /// One row per process shown per interval (the top K by on-CPU time).
+    Cpu,
+    /// One row per process that ended.
+    Exits,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The recording.
+    pub file: PathBuf,
+
+    #[arg(long, value_enum, default_value_t = ExportFormat::Json)]
+    pub format: ExportFormat,
+
+    /// The table to write as CSV.
+    #[arg(long, value_enum, default_value_t = Table::Cpu)]
+    pub table: Table,
+
+    /// First interval to write (same forms as `replay --from`).
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    pub from: Option<TimeSpec>,
+
+    /// Last interval to write (same forms).
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    pub to: Option<TimeSpec>,
+
+    /// Processes per interval, as in batch mode.
+    #[arg(short = 'k', long = "top", value_name = "K", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub top: u32,
+}
+
+/// Smallest --record-max-size: room for the header and a few records.
+pub const MIN_RECORD_SIZE: u64 = 64 * 1024;
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("'{s}': unknown size suffix (K, M, G, T)")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (like 500M or 2G)"))?;
+    let bytes = v * mult as f64;
+    if !bytes.is_finite() || bytes < MIN_RECORD_SIZE as f64 || bytes > 1e18 {
+        return Err(format!("'{s}' must be between 64K and an exabyte"));
+    }
+    Ok(bytes as u64)
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('x')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a speed (0.25 to 16)"))?;
+    if !(0.25..=16.0).contains(&v) {
+        return Err(format!("speed {s} is outside 0.25 to 16"));
+    }
+    Ok(v)
 }
 
 fn parse_delay(s: &str) -> Result<Duration, String> {
@@ -112,6 +257,60 @@ mod tests {
                 Cli::try_parse_from(["ebee-top", "-p", bad]).is_err(),
                 "-p {bad} accepted"
             );
+        }
+    }
+
+    #[test]
+    fn record_flags_and_subcommands() {
+        let c = Cli::try_parse_from([
+            "ebee-top",
+            "-b",
+            "--record",
+            "/tmp/x",
+            "--record-max-size",
+            "1.5M",
+            "--record-rotate",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(c.record.as_deref(), Some(std::path::Path::new("/tmp/x")));
+        assert_eq!(c.record_max_size, Some(1_572_864));
+        assert_eq!(c.record_rotate, Some(3));
+        assert!(c.command.is_none());
+        for bad in [
+            &["ebee-top", "--force"][..],
+            &["ebee-top", "--record-max-size", "1M"],
+            &["ebee-top", "--record", "x", "--record-rotate", "2"],
+            &["ebee-top", "--record", "x", "--record-max-size", "1k"],
+            &["ebee-top", "--record", "x", "--record-max-size", "12Q"],
+            &["ebee-top", "-b", "replay", "f"],
+            &["ebee-top", "replay"],
+            &["ebee-top", "replay", "f", "--speed", "32"],
+            &["ebee-top", "replay", "f", "--from", "tomorrow"],
+            &["ebee-top", "export", "f", "--format", "xml"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
+        }
+        let c = Cli::try_parse_from(["ebee-top", "replay", "f", "--speed", "2x", "--from", "-1m"])
+            .unwrap();
+        match c.command {
+            Some(Command::Replay(r)) => {
+                assert_eq!(r.speed, 2.0);
+                assert_eq!(r.from, Some(TimeSpec::FromEnd(60_000)));
+            }
+            other => panic!("{other:?}"),
+        }
+        let c = Cli::try_parse_from([
+            "ebee-top", "export", "f", "--format", "csv", "--table", "exits", "--to", "+10s",
+        ])
+        .unwrap();
+        match c.command {
+            Some(Command::Export(e)) => {
+                assert_eq!(e.format, ExportFormat::Csv);
+                assert_eq!(e.table, Table::Exits);
+                assert_eq!(e.to, Some(TimeSpec::FromStart(10_000)));
+            }
+            other => panic!("{other:?}"),
         }
     }
 

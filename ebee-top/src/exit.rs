@@ -13,6 +13,15 @@ pub const NO_PRIVILEGE: i32 = 3;
 pub const UNSUPPORTED: i32 = 4;
 /// A process given with `-p` does not exist.
 pub const NO_SUCH_PROCESS: i32 = 5;
+/// A file named on the command line cannot be used as asked: missing, a directory, not a
+/// regular file, a symlink to record through, or an existing file to record over without
+/// --force.
+pub const BAD_PATH: i32 = 6;
+/// Not a readable recording: empty, not a recording (wrong magic), a damaged header, or no
+/// complete interval in it.
+pub const BAD_RECORDING: i32 = 7;
+/// A recording written by a newer ebee-top (an unknown format version).
+pub const NEWER_RECORDING: i32 = 8;
 
 /// The exit code for an error, from the first typed cause in its chain.
 pub fn code_for(err: &anyhow::Error) -> i32 {
@@ -26,6 +35,15 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
                 ProbeError::Pin(PinError::TooMany(_)) => USAGE,
                 ProbeError::Pin(PinError::Unsupported) => UNSUPPORTED,
                 ProbeError::Other(_) => FAILURE,
+            };
+        }
+        if let Some(r) = cause.downcast_ref::<crate::record::RecordError>() {
+            use crate::record::RecordError as R;
+            return match r {
+                R::Newer { .. } => NEWER_RECORDING,
+                R::Other { .. } => FAILURE,
+                r if r.is_path_problem() => BAD_PATH,
+                _ => BAD_RECORDING,
             };
         }
     }

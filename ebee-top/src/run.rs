@@ -7,10 +7,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::app::{App, Effect, Msg};
-use crate::cli::{Cli, Format};
+use crate::cli::{Cli, Command, Format};
 use crate::model::Model;
 use crate::output;
 use crate::probes::ProbeConfig;
+use crate::record::{RecordOptions, Recorder, Tee, Writer};
 use crate::source::{Live, Source};
 
 fn probe_config(cli: &Cli) -> ProbeConfig {
@@ -23,6 +24,12 @@ fn probe_config(cli: &Cli) -> ProbeConfig {
 
 /// Entry point after parsing: returns the process exit code.
 pub fn main(cli: Cli) -> anyhow::Result<()> {
+    // Replay and export read a file: no privileges, nothing loaded.
+    match &cli.command {
+        Some(Command::Replay(a)) => return crate::replay::run(a),
+        Some(Command::Export(a)) => return crate::export::run(a),
+        None => {}
+    }
     crate::preflight::check_live()?;
     if cli.print_maps {
         return print_maps(&cli);
@@ -69,9 +76,49 @@ fn pin(source: &mut Live, cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Start recording when --record was given; `notify` hears how it goes (from the recorder
+/// thread). The file is created here, so its errors come before the terminal is touched.
+fn start_recording(
+    cli: &Cli,
+    notify: crate::record::recorder::Notify,
+) -> anyhow::Result<Option<Recorder>> {
+    let Some(path) = &cli.record else {
+        return Ok(None);
+    };
+    let opts = RecordOptions {
+        path: path.clone(),
+        force: cli.force,
+        max_size: cli.record_max_size,
+        rotate: cli.record_rotate,
+    };
+    let w = Writer::create(opts, crate::record::writer::local_meta(cli.delay))?;
+    let r = Recorder::start(w, notify).context("starting the recorder thread")?;
+    Ok(Some(r))
+}
+
+/// In batch mode, recording news that matters (stopped, rotated, intervals dropped) goes to
+/// stderr, one line each.
+fn stderr_notify() -> crate::record::recorder::Notify {
+    let mut last = crate::record::RecStatus::default();
+    Box::new(move |s| {
+        if s.stopped.is_some() || s.rotations != last.rotations || s.dropped != last.dropped {
+            eprintln!("ebee-top: {}", s.line());
+        }
+        last = s.clone();
+    })
+}
+
 fn batch(cli: &Cli) -> anyhow::Result<()> {
-    let mut source = Live::start(probe_config(cli), cli.delay)?;
-    pin(&mut source, cli)?;
+    let mut live = Live::start(probe_config(cli), cli.delay)?;
+    pin(&mut live, cli)?;
+    let recorder = start_recording(cli, stderr_notify())?;
+    let mut source: Box<dyn Source> = match &recorder {
+        Some(r) => Box::new(Tee {
+            inner: live,
+            tap: r.tap(),
+        }),
+        None => Box::new(live),
+    };
     let quit = signal_flag()?;
     let mut model = Model::new();
     let mut out = std::io::stdout().lock();
@@ -95,6 +142,9 @@ fn batch(cli: &Cli) -> anyhow::Result<()> {
             break;
         }
     }
+    if let Some(r) = recorder {
+        r.finish();
+    }
     Ok(())
 }
 
@@ -117,17 +167,60 @@ fn interactive(cli: &Cli) -> anyhow::Result<()> {
         anyhow::bail!("standard output is not a terminal; use --batch for scripts and pipes");
     }
     // Load before touching the terminal, so loader errors print as plain lines.
-    let mut source = Live::start(probe_config(cli), cli.delay)?;
-    pin(&mut source, cli)?;
+    let mut live = Live::start(probe_config(cli), cli.delay)?;
+    pin(&mut live, cli)?;
     let (tx, rx) = mpsc::channel::<Msg>();
     let (ctl_tx, ctl_rx) = mpsc::channel::<Duration>();
 
+    let rec_tx = tx.clone();
+    let recorder = start_recording(
+        cli,
+        Box::new(move |s| {
+            let _ = rec_tx.send(Msg::Recording(s.clone()));
+        }),
+    )?;
+    let source: Box<dyn Source + Send> = match &recorder {
+        Some(r) => Box::new(Tee {
+            inner: live,
+            tap: r.tap(),
+        }),
+        None => Box::new(live),
+    };
     spawn_source(source, tx.clone(), ctl_rx)?;
+    let mut app = App::new(cli.top as usize, cli.delay);
+    if let Some(path) = &cli.record {
+        app.recording = Some(crate::record::RecStatus {
+            path: path.display().to_string(),
+            ..Default::default()
+        });
+    }
+    let r = run_ui(app, tx, rx, |e| {
+        if let Effect::SetInterval(d) = e {
+            let _ = ctl_tx.send(d);
+        }
+    });
+    if let Some(rec) = recorder {
+        let st = rec.finish();
+        if let Some(why) = st.stopped {
+            eprintln!("ebee-top: recording stopped: {why}");
+        }
+    }
+    r
+}
+
+/// The interactive screen, whatever feeds it: signals and input become messages, `update`
+/// decides, the screen is redrawn when something changed. Effects other than redraw and quit
+/// go to `on_effect`. The terminal is restored before this returns.
+pub(crate) fn run_ui(
+    mut app: App,
+    tx: mpsc::Sender<Msg>,
+    rx: mpsc::Receiver<Msg>,
+    mut on_effect: impl FnMut(Effect),
+) -> anyhow::Result<()> {
     spawn_signals(tx.clone())?;
     let mut tui = crate::tui::Tui::enter().context("setting up the terminal")?;
     spawn_input(tx)?;
 
-    let mut app = App::new(cli.top as usize, cli.delay);
     tui.terminal
         .draw(|f| crate::view::render(&app, f))
         .context("drawing")?;
@@ -135,10 +228,8 @@ fn interactive(cli: &Cli) -> anyhow::Result<()> {
         match app.update(msg) {
             Effect::None => continue,
             Effect::Quit => break,
-            Effect::SetInterval(d) => {
-                let _ = ctl_tx.send(d);
-            }
             Effect::Redraw => {}
+            other => on_effect(other),
         }
         tui.terminal
             .draw(|f| crate::view::render(&app, f))
@@ -152,7 +243,7 @@ fn interactive(cli: &Cli) -> anyhow::Result<()> {
 }
 
 fn spawn_source(
-    mut source: Live,
+    mut source: Box<dyn Source + Send>,
     tx: mpsc::Sender<Msg>,
     ctl: mpsc::Receiver<Duration>,
 ) -> anyhow::Result<()> {

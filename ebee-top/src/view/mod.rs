@@ -2,6 +2,7 @@
 
 mod cpu_table;
 mod header;
+mod timeline;
 
 use ratatui::{
     Frame,
@@ -25,7 +26,13 @@ pub fn render(app: &App, f: &mut Frame) {
         f.render_widget(Paragraph::new(msg), area);
         return;
     }
-    let [head, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(area);
+    let [head, body, foot] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Min(1),
+        Constraint::Length(timeline::height(app)),
+    ])
+    .areas(area);
     header::render(app, f, head);
     cpu_table::render(app, f, body);
+    timeline::render(app, f, foot);
 }

@@ -1,0 +1,209 @@
+//! `ebee-top export FILE`: a recording's intervals through the same Model as live, written as
+//! the batch mode's JSON Lines or text, or as CSV, one table at a time.
+
+use std::io::Write;
+
+use anyhow::Context as _;
+
+use crate::cli::{ExportArgs, ExportFormat, Table};
+use crate::model::Model;
+use crate::output;
+use crate::record::{Reader, RecordError};
+
+/// Intervals fed to the Model before the first one written, so that what it keeps across
+/// intervals (names of exited processes, exit marks) is what it was live. Must cover every
+/// history the Model keeps.
+pub const WARMUP_INTERVALS: usize = crate::model::EXITED_KEEP_INTERVALS as usize;
+
+/// Print the damage found in a recording, one line each, to stderr.
+pub fn warn_damage<R: std::io::Read + std::io::Seek>(r: &Reader<R>, path: &std::path::Path) {
+    for d in r.damage() {
+        eprintln!("ebee-top: warning: {}: {d}", path.display());
+    }
+}
+
+/// Open a recording for reading, refusing one with no complete interval.
+pub fn open(path: &std::path::Path) -> anyhow::Result<Reader<std::fs::File>> {
+    let r = Reader::open(path)?;
+    warn_damage(&r, path);
+    if r.is_empty() {
+        let detail = match r.damage().last() {
+            Some(d) => format!(" ({d})"),
+            None => " (it ends after its header)".into(),
+        };
+        return Err(RecordError::NoFrames {
+            path: path.into(),
+            detail,
+        }
+        .into());
+    }
+    Ok(r)
+}
+
+/// The index range `[from, to]` of records within the requested times.
+pub fn range<R: std::io::Read + std::io::Seek>(
+    r: &Reader<R>,
+    from: Option<crate::record::timespec::TimeSpec>,
+    to: Option<crate::record::timespec::TimeSpec>,
+) -> std::ops::Range<usize> {
+    let e = r.entries();
+    let (Some(first), Some(last)) = (e.first(), e.last()) else {
+        return 0..0;
+    };
+    let (f, l) = (first.head.t_ms, last.head.t_ms);
+    let start = from.map_or(0, |t| r.index_at_ms(t.resolve(f, l)));
+    let end = to.map_or(e.len(), |t| {
+        let t = t.resolve(f, l);
+        e.partition_point(|x| x.head.t_ms <= t)
+    });
+    start..end.max(start)
+}
+
+/// One CSV field, quoted when it needs to be (RFC 4180).
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_default()
+}
+
+fn csv_header(out: &mut impl Write, t: Table) -> std::io::Result<()> {
+    let h = match t {
+        Table::Intervals => {
+            "t_ms,seq,interval_ns,ncpus,switches,processes,exits,sketch_evicted_ns,\
+             sketch_evictions,lifecycle_lost,handshake_timeouts,shadow_full,cost_cpu_ns,\
+             cost_bpf_ns,cost_bpf_runs"
+        }
+        Table::Cpu => "t_ms,seq,rank,pid,comm,cmdline,uid,kthread,cpu_ns,cpu_pct,exited",
+        Table::Exits => "t_ms,seq,pid,comm,ts_ns",
+    };
+    writeln!(out, "{h}")
+}
+
+fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Result<()> {
+    let Some(b) = m.latest() else { return Ok(()) };
+    match t {
+        Table::Intervals => {
+            let d = &b.dropped;
+            writeln!(
+                out,
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                b.t_ms,
+                b.seq,
+                b.interval_ns(),
+                b.ncpus,
+                b.switches,
+                b.cpu.len(),
+                b.exits.len(),
+                d.sketch_evicted_ns,
+                d.sketch_evictions,
+                d.lifecycle_lost,
+                d.handshake_timeouts,
+                d.shadow_full,
+                b.cost.cpu_ns,
+                opt(b.cost.bpf_ns),
+                opt(b.cost.bpf_runs)
+            )
+        }
+        Table::Cpu => {
+            for (rank, r) in m.top_cpu(k).iter().enumerate() {
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{},{},{:.2},{}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    r.pid,
+                    csv_field(&r.comm),
+                    csv_field(&r.cmdline),
+                    opt(r.uid),
+                    r.kthread,
+                    r.cpu_ns,
+                    r.cpu_pct,
+                    r.exited
+                )?;
+            }
+            Ok(())
+        }
+        Table::Exits => {
+            for e in &b.exits {
+                let comm = m.proc_info(e.pid).map_or("", |p| p.comm.as_str());
+                writeln!(
+                    out,
+                    "{},{},{},{},{}",
+                    b.t_ms,
+                    b.seq,
+                    e.pid,
+                    csv_field(comm),
+                    e.ts_ns
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
+
+pub fn run(a: &ExportArgs) -> anyhow::Result<()> {
+    let mut r = open(&a.file)?;
+    let span = range(&r, a.from, a.to);
+    if span.is_empty() {
+        eprintln!(
+            "ebee-top: warning: {}: no interval in the requested time range",
+            a.file.display()
+        );
+    }
+    let k = a.top as usize;
+    let mut model = Model::new();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let res = (|| -> std::io::Result<()> {
+        if a.format == ExportFormat::Csv {
+            csv_header(&mut out, a.table)?;
+        }
+        for i in span.start.saturating_sub(WARMUP_INTERVALS)..span.end {
+            let b = match r.batch(i) {
+                Ok(b) => b,
+                Err(e) => {
+                    let off = r.entries()[i].offset;
+                    eprintln!(
+                        "ebee-top: warning: {}: record at byte {off}: {e}; skipped",
+                        a.file.display()
+                    );
+                    continue;
+                }
+            };
+            model.ingest(&b);
+            if i < span.start {
+                continue;
+            }
+            match a.format {
+                ExportFormat::Json => output::write_json(&mut out, &model, k)?,
+                ExportFormat::Text => output::write_text(&mut out, &model, k)?,
+                ExportFormat::Csv => csv_rows(&mut out, a.table, &model, k)?,
+            }
+        }
+        out.flush()
+    })();
+    match res {
+        Ok(()) => Ok(()),
+        // The reader went away (`| head`): a normal end.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(e).context("writing the export"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quoting() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\"\n"), "\"say \"\"hi\"\"\n\"");
+    }
+}

@@ -1,0 +1,296 @@
+//! The bytes of a recording: the file preamble, the metadata header, and the fixed-size head
+//! of every record. Pure encode/decode, no I/O; docs/recording-format.md describes the same
+//! layout for people writing their own reader.
+
+use serde::{Deserialize, Serialize};
+
+/// First bytes of every recording. Like PNG's signature: a non-ASCII first byte, CR LF and
+/// ^Z catch files mangled by text-mode transfers.
+pub const MAGIC: [u8; 8] = [0x89, b'E', b'B', b'R', b'\r', b'\n', 0x1a, b'\n'];
+/// The format version this build writes and the newest it reads.
+pub const VERSION: u16 = 1;
+/// Bytes before the metadata JSON: magic, version, reserved, meta length, meta CRC.
+pub const PREAMBLE_LEN: usize = 20;
+/// Largest metadata JSON accepted.
+pub const MAX_META_LEN: u32 = 64 * 1024;
+
+/// Start of every record head: lets a reader find the next record after damage.
+pub const SYNC: [u8; 4] = *b"EBRF";
+/// Bytes of a record head.
+pub const RECORD_HEAD_LEN: usize = 48;
+/// Largest compressed payload accepted (a batch is tens of KiB compressed).
+pub const MAX_PAYLOAD_LEN: u32 = 16 * 1024 * 1024;
+/// Largest decompressed payload accepted.
+pub const MAX_RAW_LEN: u32 = 64 * 1024 * 1024;
+
+/// A Batch compressed on its own: decodable without any other record.
+pub const KIND_KEY: u8 = 1;
+/// A Batch compressed with its key record's decompressed bytes as the zstd dictionary.
+pub const KIND_DELTA: u8 = 2;
+
+/// CRC-32 (IEEE 802.3, the zlib/PNG polynomial).
+pub fn crc32(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+/// What the metadata header says about the recording. Every field has a default so that
+/// fields added later (or missing) do not stop a reader.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Meta {
+    /// Host name (uname nodename) of the recorded machine.
+    pub host: String,
+    /// Kernel release (uname release).
+    pub kernel: String,
+    /// The tick interval when the recording started, ns (each Batch carries its own).
+    pub interval_ns: u64,
+    /// Wall-clock time the recording started, ms since the Unix epoch.
+    pub start_ms: u64,
+    /// The ebee-top version that wrote the file.
+    pub writer: String,
+    /// Segment number: 0 for the first file, +1 at every rotation.
+    pub segment: u32,
+}
+
+/// Why the first bytes are not a recording we can read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreambleError {
+    /// Fewer bytes than the preamble (0 for an empty file).
+    Short(usize),
+    BadMagic,
+    /// Written by a newer ebee-top.
+    Newer(u16),
+    /// Version 0, an oversized or damaged metadata header.
+    Corrupt(&'static str),
+}
+
+/// The fixed preamble, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preamble {
+    pub version: u16,
+    pub meta_len: u32,
+    pub meta_crc: u32,
+}
+
+/// Encode the preamble and metadata header.
+pub fn encode_header(meta: &Meta) -> Vec<u8> {
+    // Serializing plain strings and integers cannot fail.
+    let json = serde_json::to_vec(meta).unwrap_or_default();
+    let mut out = Vec::with_capacity(PREAMBLE_LEN + json.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32(&json).to_le_bytes());
+    out.extend_from_slice(&json);
+    out
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    let mut a = [0u8; 2];
+    a.copy_from_slice(&b[at..at + 2]);
+    u16::from_le_bytes(a)
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Decode the preamble from the first bytes of a file (as many as are available).
+pub fn decode_preamble(b: &[u8]) -> Result<Preamble, PreambleError> {
+    // Check the magic on what we have first, so a short non-recording says "not a recording".
+    let n = b.len().min(MAGIC.len());
+    if b[..n] != MAGIC[..n] {
+        return Err(PreambleError::BadMagic);
+    }
+    if b.len() < PREAMBLE_LEN {
+        return Err(PreambleError::Short(b.len()));
+    }
+    let version = le16(b, 8);
+    if version == 0 {
+        return Err(PreambleError::Corrupt("format version 0"));
+    }
+    if version > VERSION {
+        return Err(PreambleError::Newer(version));
+    }
+    let meta_len = le32(b, 12);
+    if meta_len > MAX_META_LEN {
+        return Err(PreambleError::Corrupt("metadata header longer than 64 KiB"));
+    }
+    Ok(Preamble {
+        version,
+        meta_len,
+        meta_crc: le32(b, 16),
+    })
+}
+
+/// Decode the metadata JSON that follows the preamble.
+pub fn decode_meta(p: &Preamble, json: &[u8]) -> Result<Meta, PreambleError> {
+    if crc32(json) != p.meta_crc {
+        return Err(PreambleError::Corrupt("metadata header checksum mismatch"));
+    }
+    serde_json::from_slice(json).map_err(|_| PreambleError::Corrupt("metadata header is not JSON"))
+}
+
+/// The fixed head of a record; the payload follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecordHead {
+    pub kind: u8,
+    pub flags: u8,
+    /// Compressed payload bytes.
+    pub payload_len: u32,
+    /// Decompressed payload bytes.
+    pub raw_len: u32,
+    /// `Batch::seq` of the payload.
+    pub seq: u64,
+    /// `Batch::t_ms` of the payload.
+    pub t_ms: u64,
+    /// File offset of the key record whose payload is this record's dictionary (a key
+    /// record: its own offset).
+    pub key_offset: u64,
+    /// CRC-32 of the compressed payload.
+    pub payload_crc: u32,
+}
+
+/// Why 48 bytes are not a valid record head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    NoSync,
+    BadChecksum,
+    /// The checksum matched but a length is beyond the limits: written by something else.
+    TooLong,
+}
+
+impl RecordHead {
+    pub fn encode(&self) -> [u8; RECORD_HEAD_LEN] {
+        let mut b = [0u8; RECORD_HEAD_LEN];
+        b[0..4].copy_from_slice(&SYNC);
+        b[4] = self.kind;
+        b[5] = self.flags;
+        // 6..8 reserved, zero.
+        b[8..12].copy_from_slice(&self.payload_len.to_le_bytes());
+        b[12..16].copy_from_slice(&self.raw_len.to_le_bytes());
+        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        b[24..32].copy_from_slice(&self.t_ms.to_le_bytes());
+        b[32..40].copy_from_slice(&self.key_offset.to_le_bytes());
+        b[40..44].copy_from_slice(&self.payload_crc.to_le_bytes());
+        let crc = crc32(&b[..44]);
+        b[44..48].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode and check a head. `b` must hold at least `RECORD_HEAD_LEN` bytes.
+    pub fn decode(b: &[u8]) -> Result<Self, HeadError> {
+        if b.len() < RECORD_HEAD_LEN || b[0..4] != SYNC {
+            return Err(HeadError::NoSync);
+        }
+        if crc32(&b[..44]) != le32(b, 44) {
+            return Err(HeadError::BadChecksum);
+        }
+        let h = Self {
+            kind: b[4],
+            flags: b[5],
+            payload_len: le32(b, 8),
+            raw_len: le32(b, 12),
+            seq: le64(b, 16),
+            t_ms: le64(b, 24),
+            key_offset: le64(b, 32),
+            payload_crc: le32(b, 40),
+        };
+        if h.payload_len > MAX_PAYLOAD_LEN || h.raw_len > MAX_RAW_LEN {
+            return Err(HeadError::TooLong);
+        }
+        Ok(h)
+    }
+
+    /// Bytes of the whole record.
+    pub fn total_len(&self) -> u64 {
+        RECORD_HEAD_LEN as u64 + u64::from(self.payload_len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips() {
+        let meta = Meta {
+            host: "box".into(),
+            kernel: "6.18".into(),
+            interval_ns: 50_000_000,
+            start_ms: 1,
+            writer: "ebee-top 0.1.0".into(),
+            segment: 2,
+        };
+        let b = encode_header(&meta);
+        let p = decode_preamble(&b).unwrap();
+        assert_eq!(p.version, VERSION);
+        assert_eq!(decode_meta(&p, &b[PREAMBLE_LEN..]).unwrap(), meta);
+    }
+
+    #[test]
+    fn preamble_errors() {
+        assert_eq!(decode_preamble(b""), Err(PreambleError::Short(0)));
+        assert_eq!(decode_preamble(&MAGIC[..3]), Err(PreambleError::Short(3)));
+        assert_eq!(decode_preamble(b"{\"t_ms\":"), Err(PreambleError::BadMagic));
+        let mut b = encode_header(&Meta::default());
+        b[8] = 2;
+        assert_eq!(decode_preamble(&b), Err(PreambleError::Newer(2)));
+        b[8] = 0;
+        assert!(matches!(
+            decode_preamble(&b),
+            Err(PreambleError::Corrupt(_))
+        ));
+        let mut b = encode_header(&Meta::default());
+        let last = b.len() - 2;
+        b[last] ^= 1;
+        let p = decode_preamble(&b).unwrap();
+        assert!(decode_meta(&p, &b[PREAMBLE_LEN..]).is_err());
+    }
+
+    #[test]
+    fn unknown_meta_fields_are_ignored() {
+        let json = br#"{"host":"h","future":[1,2]}"#;
+        let p = Preamble {
+            version: 1,
+            meta_len: json.len() as u32,
+            meta_crc: crc32(json),
+        };
+        assert_eq!(decode_meta(&p, json).unwrap().host, "h");
+    }
+
+    #[test]
+    fn record_head_round_trips_and_detects_damage() {
+        let h = RecordHead {
+            kind: KIND_DELTA,
+            flags: 0,
+            payload_len: 1234,
+            raw_len: 99999,
+            seq: 7,
+            t_ms: 1_700_000_000_000,
+            key_offset: 4096,
+            payload_crc: 0xdead_beef,
+        };
+        let b = h.encode();
+        assert_eq!(RecordHead::decode(&b), Ok(h));
+        for i in 0..RECORD_HEAD_LEN * 8 {
+            let mut d = b;
+            d[i / 8] ^= 1 << (i % 8);
+            assert!(RecordHead::decode(&d).is_err(), "bit {i} flipped unnoticed");
+        }
+        let big = RecordHead {
+            payload_len: MAX_PAYLOAD_LEN + 1,
+            ..h
+        };
+        assert_eq!(RecordHead::decode(&big.encode()), Err(HeadError::TooLong));
+    }
+}

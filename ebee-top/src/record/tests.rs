@@ -1,0 +1,408 @@
+//! The recording format against bad input: every truncation, bit flips, damaged records,
+//! wrong magic, newer versions, and the paths a root process must not write through.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+
+use super::format::{self, Meta, PREAMBLE_LEN, RECORD_HEAD_LEN};
+use super::reader::{self, Damage};
+use super::writer::{RecordOptions, Writer, rotated_path};
+use super::{Reader, RecordError};
+use crate::batch::{Batch, CpuRow, Dropped, Exit, ProcInfo};
+use crate::batch_qos::{QosBatch, QosSample, RequestSample, SyscallSample};
+
+/// A plausible interval: `n` processes with command lines, burst bins and an exit.
+pub fn batch(seq: u64, n: u32) -> Batch {
+    let start = seq * 50_000_000;
+    Batch {
+        seq,
+        t_ms: 1_700_000_000_000 + seq * 50,
+        start_ns: start,
+        end_ns: start + 50_000_000,
+        bin_width_ns: 10_000_000,
+        ncpus: 2,
+        switches: 800 + seq,
+        cpu: (0..n)
+            .map(|i| CpuRow {
+                pid: 1000 + i,
+                ns: (u64::from(n - i) * 97_531 + seq * 13) % 50_000_000,
+                bins: vec![u64::from(i) * 1000 + seq; 5],
+            })
+            .collect(),
+        cpu_exact: None,
+        procs: (0..n)
+            .map(|i| ProcInfo {
+                pid: 1000 + i,
+                start_ticks: u64::from(i) * 7,
+                comm: format!("worker-{i}"),
+                cmdline: format!("/usr/bin/worker --id {i} --config /etc/worker.toml"),
+                uid: Some(1000),
+                kthread: false,
+            })
+            .collect(),
+        exits: vec![Exit {
+            pid: 999,
+            ts_ns: start + 1,
+        }],
+        pinned: vec![],
+        dropped: Dropped {
+            sketch_evictions: seq % 3,
+            ..Default::default()
+        },
+        cost: Default::default(),
+        qos: QosBatch {
+            procs: vec![QosSample {
+                pid: 1000,
+                comm: "worker-0".into(),
+                syscalls: vec![SyscallSample {
+                    nr: 0,
+                    count: 40 + seq,
+                    total_ns: 2_000_000,
+                    max_ns: 90_000,
+                    hist: Some(vec![(120, 30), (180, 10 + seq as u32)]),
+                }],
+                requests: RequestSample {
+                    requests: 20,
+                    total_ns: 1_000_000,
+                    max_ns: 80_000,
+                    hist: vec![(150, 20)],
+                    recvs: 20,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }],
+            request_model: true,
+            ..Default::default()
+        },
+    }
+}
+
+fn opts(path: &Path) -> RecordOptions {
+    RecordOptions {
+        path: path.into(),
+        force: false,
+        max_size: None,
+        rotate: None,
+    }
+}
+
+fn meta() -> Meta {
+    Meta {
+        host: "test".into(),
+        kernel: "6.18".into(),
+        interval_ns: 50_000_000,
+        start_ms: 1_700_000_000_000,
+        writer: "test".into(),
+        segment: 0,
+    }
+}
+
+/// Record `batches` to a fresh file; returns the directory (kept alive) and the file bytes.
+fn record(batches: &[Batch]) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rec.ebr");
+    let mut w = Writer::create(opts(&path), meta()).unwrap();
+    for b in batches {
+        w.append(b).unwrap();
+    }
+    w.sync().unwrap();
+    drop(w);
+    let bytes = std::fs::read(&path).unwrap();
+    (dir, path, bytes)
+}
+
+fn all(r: &mut Reader<impl std::io::Read + std::io::Seek>) -> Vec<Batch> {
+    (0..r.len()).map(|i| r.batch(i).unwrap()).collect()
+}
+
+#[test]
+fn round_trip_is_exact() {
+    let batches: Vec<Batch> = (1..=250).map(|s| batch(s, 30 + (s % 7) as u32)).collect();
+    let (_d, path, _) = record(&batches);
+    let mut r = Reader::open(&path).unwrap();
+    assert_eq!(r.meta(), &meta());
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    assert_eq!(all(&mut r), batches);
+    // Random access in any order gives the same.
+    for i in [249, 0, 101, 100, 99, 3] {
+        assert_eq!(r.batch(i).unwrap(), batches[i]);
+    }
+    // More than one key record, and deltas in between.
+    let keys = r
+        .entries()
+        .iter()
+        .filter(|e| e.head.kind == format::KIND_KEY)
+        .count();
+    assert!((3..50).contains(&keys), "{keys} key records");
+}
+
+#[test]
+fn files_are_0600_and_never_overwritten_without_force() {
+    let (_d, path, _) = record(&[batch(1, 3)]);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(matches!(
+        Writer::create(opts(&path), meta()),
+        Err(RecordError::Exists(_))
+    ));
+    let mut o = opts(&path);
+    o.force = true;
+    let mut w = Writer::create(o, meta()).unwrap();
+    w.append(&batch(5, 1)).unwrap();
+    drop(w);
+    let mut r = Reader::open(&path).unwrap();
+    assert_eq!(all(&mut r), vec![batch(5, 1)]);
+}
+
+#[test]
+fn symlinks_and_directories_are_refused_even_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("target");
+    std::fs::write(&target, b"precious").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let dangling = dir.path().join("dangling");
+    std::os::unix::fs::symlink(dir.path().join("nothing"), &dangling).unwrap();
+    for force in [false, true] {
+        for l in [&link, &dangling] {
+            let mut o = opts(l);
+            o.force = force;
+            let e = Writer::create(o, meta()).err().unwrap();
+            assert!(matches!(e, RecordError::Symlink(_)), "{e}");
+            assert!(e.to_string().contains("symbolic link"));
+        }
+        let mut o = opts(dir.path());
+        o.force = force;
+        let e = Writer::create(o, meta()).err().unwrap();
+        assert!(matches!(e, RecordError::Directory(_)), "{e}");
+    }
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    assert!(!dir.path().join("nothing").exists());
+}
+
+#[test]
+fn bad_files_give_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    let err = |path: &Path| Reader::open(path).err().unwrap();
+
+    assert!(matches!(err(&p("missing")), RecordError::Missing(_)));
+    assert!(matches!(err(dir.path()), RecordError::Directory(_)));
+    std::fs::write(p("empty"), b"").unwrap();
+    assert!(matches!(err(&p("empty")), RecordError::Empty(_)));
+    std::fs::write(p("json"), b"{\"t_ms\": 1}\n").unwrap();
+    assert!(matches!(err(&p("json")), RecordError::NotRecording(_)));
+
+    let (_d, _, bytes) = record(&[batch(1, 2)]);
+    let mut newer = bytes.clone();
+    newer[8] = 9;
+    std::fs::write(p("newer"), &newer).unwrap();
+    let e = err(&p("newer"));
+    assert!(matches!(e, RecordError::Newer { version: 9, .. }), "{e}");
+    assert!(e.to_string().contains("newer ebee-top"));
+
+    // The header alone: a recording that was killed before its first interval.
+    std::fs::write(p("header-only"), &bytes[..header_len(&bytes)]).unwrap();
+    let r = Reader::open(&p("header-only")).unwrap();
+    assert!(r.is_empty());
+
+    let fifo = p("fifo");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    assert!(matches!(err(&fifo), RecordError::NotRegular(_)));
+
+    for e in [
+        err(&p("missing")),
+        err(dir.path()),
+        err(&p("empty")),
+        err(&p("json")),
+    ] {
+        let s = e.to_string();
+        assert_eq!(s.lines().count(), 1, "{s}");
+    }
+}
+
+fn header_len(bytes: &[u8]) -> usize {
+    let p = format::decode_preamble(bytes).unwrap();
+    PREAMBLE_LEN + p.meta_len as usize
+}
+
+#[test]
+fn truncation_at_every_byte_keeps_every_complete_record() {
+    let batches: Vec<Batch> = (1..=12).map(|s| batch(s, 4)).collect();
+    let (_d, _, bytes) = record(&batches);
+    let hl = header_len(&bytes);
+    let r = reader::from_bytes(&bytes).unwrap();
+    let ends: Vec<usize> = r
+        .entries()
+        .iter()
+        .map(|e| (e.offset + e.head.total_len()) as usize)
+        .collect();
+    for cut in 0..bytes.len() {
+        let b = &bytes[..cut];
+        match reader::from_bytes(b) {
+            Err(e) => assert!(cut < hl, "cut at {cut}: {e}"),
+            Ok(mut r) => {
+                assert!(cut >= hl);
+                let whole = ends.iter().filter(|&&e| e <= cut).count();
+                assert_eq!(r.len(), whole, "cut at {cut}");
+                assert_eq!(all(&mut r), batches[..whole], "cut at {cut}");
+                let partial = !ends.contains(&cut) && cut > hl;
+                match r.damage() {
+                    [] => assert!(!partial, "cut at {cut}: no damage reported"),
+                    [Damage::Truncated { at, len }] => {
+                        assert!(partial);
+                        assert_eq!(*at as usize + *len as usize, cut);
+                        assert!(r.damage()[0].to_string().contains("ends early"));
+                    }
+                    d => panic!("cut at {cut}: {d:?}"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
+    let batches: Vec<Batch> = (1..=10).map(|s| batch(s, 6)).collect();
+    let (_d, _, bytes) = record(&batches);
+    let r = reader::from_bytes(&bytes).unwrap();
+    let entries = r.entries().to_vec();
+    // Damage the payload of a delta (the 4th record) and of the first key.
+    for (victim, lost) in [(3usize, vec![3usize]), (0, (0..10).collect())] {
+        let mut b = bytes.clone();
+        let at = entries[victim].offset as usize + RECORD_HEAD_LEN + 5;
+        b[at] ^= 0x40;
+        let mut r = reader::from_bytes(&b).unwrap();
+        let want: Vec<Batch> = (0..10)
+            .filter(|i| !lost.contains(i))
+            .map(|i| batches[i].clone())
+            .collect();
+        assert_eq!(all(&mut r), want);
+        assert!(
+            matches!(r.damage()[0], Damage::BadChecksum { seq, .. } if seq == batches[victim].seq)
+        );
+        // Deltas of a damaged key are named too.
+        assert_eq!(r.damage().len(), lost.len());
+    }
+}
+
+#[test]
+fn a_damaged_record_head_is_skipped_by_finding_the_next_one() {
+    let batches: Vec<Batch> = (1..=6).map(|s| batch(s, 6)).collect();
+    let (_d, _, bytes) = record(&batches);
+    let r = reader::from_bytes(&bytes).unwrap();
+    let e = r.entries()[2];
+    let mut b = bytes.clone();
+    // A length field: believed, it would swallow the rest of the file.
+    b[e.offset as usize + 10] ^= 0xff;
+    let mut r = reader::from_bytes(&b).unwrap();
+    let want: Vec<Batch> = [0, 1, 3, 4, 5]
+        .iter()
+        .map(|&i| batches[i].clone())
+        .collect();
+    assert_eq!(all(&mut r), want);
+    assert!(matches!(
+        r.damage(),
+        [Damage::Garbage { at, len }] if *at == e.offset && *len == e.head.total_len()
+    ));
+}
+
+#[test]
+fn bit_flips_never_panic_and_never_invent_data() {
+    let batches: Vec<Batch> = (1..=4).map(|s| batch(s, 3)).collect();
+    let (_d, _, bytes) = record(&batches);
+    for bit in 0..bytes.len() * 8 {
+        let mut b = bytes.clone();
+        b[bit / 8] ^= 1 << (bit % 8);
+        if let Ok(mut r) = reader::from_bytes(&b) {
+            for i in 0..r.len() {
+                // Whatever decodes is one of the recorded batches, unchanged.
+                if let Ok(got) = r.batch(i) {
+                    assert!(batches.contains(&got), "bit {bit}: invented {got:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn garbage_and_huge_lengths_are_bounded() {
+    let mut bytes = format::encode_header(&meta());
+    let mut head = format::RecordHead {
+        kind: format::KIND_KEY,
+        payload_len: format::MAX_PAYLOAD_LEN,
+        raw_len: format::MAX_RAW_LEN,
+        key_offset: bytes.len() as u64,
+        ..Default::default()
+    };
+    bytes.extend_from_slice(&head.encode());
+    bytes.extend_from_slice(&[0u8; 100]);
+    let r = reader::from_bytes(&bytes).unwrap();
+    assert!(r.is_empty());
+    assert!(matches!(r.damage(), [Damage::Truncated { .. }]));
+    head.payload_len = u32::MAX;
+    let mut b2 = format::encode_header(&meta());
+    b2.extend_from_slice(&head.encode());
+    let r = reader::from_bytes(&b2).unwrap();
+    assert!(r.is_empty());
+    assert!(matches!(r.damage(), [Damage::Garbage { .. }]));
+}
+
+#[test]
+fn max_size_stops_or_rotates() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.ebr");
+    let mut o = opts(&path);
+    o.max_size = Some(20_000);
+    let mut w = Writer::create(o.clone(), meta()).unwrap();
+    let mut n = 0;
+    loop {
+        match w.append(&batch(n + 1, 20)).unwrap() {
+            super::writer::Appended::Written => n += 1,
+            super::writer::Appended::Full => break,
+            super::writer::Appended::Rotated => panic!("rotation is off"),
+        }
+        assert!(n < 10_000);
+    }
+    drop(w);
+    assert!(std::fs::metadata(&path).unwrap().len() <= 20_000);
+    assert_eq!(Reader::open(&path).unwrap().len() as u64, n);
+
+    let path = dir.path().join("rot.ebr");
+    let mut o = opts(&path);
+    o.max_size = Some(20_000);
+    o.rotate = Some(2);
+    let mut w = Writer::create(o, meta()).unwrap();
+    let mut rotations = 0;
+    for s in 1..=(4 * n + 3) {
+        if w.append(&batch(s, 20)).unwrap() == super::writer::Appended::Rotated {
+            rotations += 1;
+        }
+    }
+    drop(w);
+    assert!(rotations >= 3);
+    let mut seqs = Vec::new();
+    for p in [rotated_path(&path, 2), rotated_path(&path, 1), path.clone()] {
+        let mut r = Reader::open(&p).unwrap();
+        assert!(std::fs::metadata(&p).unwrap().len() <= 20_000);
+        seqs.extend(all(&mut r).iter().map(|b| b.seq));
+    }
+    assert!(!rotated_path(&path, 3).exists());
+    // The three files hold the newest intervals, in order, with nothing missing.
+    let last = 4 * n + 3;
+    let want: Vec<u64> = (last + 1 - seqs.len() as u64..=last).collect();
+    assert_eq!(seqs, want);
+}
+
+#[test]
+fn newer_fields_in_a_batch_are_ignored_and_missing_ones_default() {
+    // A payload written by a later ebee-top with an extra field, and one without `cost`.
+    let mut v = serde_json::to_value(batch(1, 2)).unwrap();
+    v["future_table"] = serde_json::json!([{"x": 1}]);
+    v.as_object_mut().unwrap().remove("cost");
+    let raw = serde_json::to_vec(&v).unwrap();
+    let b = super::codec::parse_batch(&raw).unwrap();
+    assert_eq!(b, batch(1, 2));
+}

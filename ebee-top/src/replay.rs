@@ -1,0 +1,675 @@
+//! `ebee-top replay FILE`: a recording played back through the same Model, App and views as
+//! live, paced by the recorded timestamps. Needs no privileges: nothing is loaded.
+//!
+//! Three parts, kept out of app.rs and run.rs so those stay easy to change:
+//! - `Replay`, a `Source` over a recording, with seeking; it runs on the source thread,
+//!   which owns the file and rebuilds the Model after a seek, so the UI never waits on it;
+//! - `ReplayControl`, the UI side: the playback state the timeline shows and the keys;
+//! - the glue: `ReplayCmd` (UI to source thread) and `ReplayUpdate` (back, as `Msg::Replay`).
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use crate::app::{App, Effect, Msg};
+use crate::batch::Batch;
+use crate::cli::ReplayArgs;
+use crate::export::WARMUP_INTERVALS;
+use crate::model::Model;
+use crate::record::Reader;
+use crate::record::timespec::TimeSpec;
+use crate::source::Source;
+
+/// Playback speeds, slowest first.
+pub const SPEEDS: [f64; 7] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0];
+/// Longest pause between two intervals at 1x (a gap in the recording is not waited out).
+const MAX_GAP: Duration = Duration::from_secs(5);
+
+/// What the UI asks the replay to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayCmd {
+    TogglePause,
+    /// Pause and move this many intervals (negative: back).
+    Step(i64),
+    /// Move by this many ms of recorded time (negative: back).
+    Seek(i64),
+    GoTo(TimeSpec),
+    Faster,
+    Slower,
+}
+
+/// Where the playback stands, as the timeline shows it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplayStatus {
+    pub file: String,
+    pub host: String,
+    /// Index of the interval on screen (None before the first).
+    pub shown: Option<usize>,
+    /// Good intervals in the file.
+    pub len: usize,
+    /// Recorded time of the interval on screen, and of the first and last.
+    pub t_ms: u64,
+    pub first_ms: u64,
+    pub last_ms: u64,
+    pub speed: f64,
+    pub paused: bool,
+    /// The last interval is on screen.
+    pub at_end: bool,
+    /// What was found wrong in the file, one line (empty when nothing).
+    pub damage: String,
+    /// Intervals that could not be decoded while playing.
+    pub skipped: u64,
+}
+
+/// How the App's Model changes with an update.
+pub enum Apply {
+    /// Nothing: only the status changed.
+    None,
+    /// Fold in the next interval, as live.
+    Batch(Box<Batch>),
+    /// Replace the Model (after a seek or a step back), rebuilt on the source thread.
+    Reset(Box<Model>),
+}
+
+/// From the source thread to the App.
+pub struct ReplayUpdate {
+    pub status: ReplayStatus,
+    pub apply: Apply,
+}
+
+impl std::fmt::Debug for ReplayUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match &self.apply {
+            Apply::None => "none",
+            Apply::Batch(_) => "batch",
+            Apply::Reset(_) => "reset",
+        };
+        f.debug_struct("ReplayUpdate")
+            .field("status", &self.status)
+            .field("apply", &what)
+            .finish()
+    }
+}
+
+/// A recording as a Source.
+pub struct Replay {
+    reader: Reader<std::fs::File>,
+    path: PathBuf,
+    /// Index of the next interval to show.
+    next: usize,
+    shown: Option<usize>,
+    speed: usize,
+    paused: bool,
+    /// When the next interval is due (paced playback).
+    due: Instant,
+    paced: bool,
+    damage: String,
+    skipped: u64,
+}
+
+/// One line summing up what `damage` lists.
+fn damage_line(d: &[crate::record::Damage]) -> String {
+    match d {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [.., last] => format!("{} problems in the file; last: {last}", d.len()),
+    }
+}
+
+impl Replay {
+    /// Open `path` (errors are the typed RecordError, for the exit code). `paced`: wait
+    /// between intervals as recorded (divided by the speed); otherwise deliver at once.
+    pub fn open(path: &Path, speed: f64, paced: bool) -> anyhow::Result<Self> {
+        let reader = crate::export::open(path)?;
+        let speed = SPEEDS
+            .iter()
+            .position(|s| *s >= speed)
+            .unwrap_or(SPEEDS.len() - 1);
+        Ok(Self {
+            damage: damage_line(reader.damage()),
+            reader,
+            path: path.into(),
+            next: 0,
+            shown: None,
+            speed,
+            paused: false,
+            due: Instant::now(),
+            paced,
+            skipped: 0,
+        })
+    }
+
+    pub fn reader(&self) -> &Reader<std::fs::File> {
+        &self.reader
+    }
+
+    pub fn status(&self) -> ReplayStatus {
+        let e = self.reader.entries();
+        let t = |i: usize| e.get(i).map_or(0, |x| x.head.t_ms);
+        ReplayStatus {
+            file: self.path.display().to_string(),
+            host: self.reader.meta().host.clone(),
+            shown: self.shown,
+            len: e.len(),
+            t_ms: self.shown.map_or(t(0), t),
+            first_ms: t(0),
+            last_ms: t(e.len().saturating_sub(1)),
+            speed: SPEEDS[self.speed],
+            paused: self.paused,
+            at_end: self.next >= e.len(),
+            damage: self.damage.clone(),
+            skipped: self.skipped,
+        }
+    }
+
+    /// Recorded time between intervals `a` and `b`, at the current speed.
+    fn gap(&self, a: usize, b: usize) -> Duration {
+        let e = self.reader.entries();
+        let (Some(x), Some(y)) = (e.get(a), e.get(b)) else {
+            return Duration::ZERO;
+        };
+        let ms = y.head.t_ms.saturating_sub(x.head.t_ms);
+        Duration::from_millis(ms)
+            .min(MAX_GAP)
+            .div_f64(SPEEDS[self.speed])
+    }
+
+    fn decode(&mut self, i: usize) -> Option<Batch> {
+        match self.reader.batch(i) {
+            Ok(b) => Some(b),
+            Err(_) => {
+                self.skipped += 1;
+                None
+            }
+        }
+    }
+
+    /// The Model as it was live after interval `target`: rebuilt from enough intervals before
+    /// it to cover what the Model remembers.
+    fn model_at(&mut self, target: usize) -> Model {
+        let mut m = Model::new();
+        for i in target.saturating_sub(WARMUP_INTERVALS)..=target {
+            if let Some(b) = self.decode(i) {
+                m.ingest(&b);
+            }
+        }
+        m
+    }
+
+    /// Show interval `target` (clamped); the Model is rebuilt for it.
+    fn jump(&mut self, target: usize) -> Apply {
+        let Some(last) = self.reader.len().checked_sub(1) else {
+            return Apply::None;
+        };
+        let target = target.min(last);
+        let m = self.model_at(target);
+        self.shown = Some(target);
+        self.next = target + 1;
+        self.due = Instant::now() + self.gap(target, target + 1);
+        Apply::Reset(Box::new(m))
+    }
+
+    fn index_at(&self, t_ms: u64) -> usize {
+        self.reader
+            .index_at_ms(t_ms)
+            .min(self.reader.len().saturating_sub(1))
+    }
+
+    /// Apply one command from the UI.
+    pub fn command(&mut self, c: ReplayCmd) -> Apply {
+        match c {
+            ReplayCmd::TogglePause => {
+                self.paused = !self.paused;
+                if !self.paused {
+                    let from = self.shown.unwrap_or(0);
+                    self.due = Instant::now() + self.gap(from, self.next);
+                }
+                Apply::None
+            }
+            ReplayCmd::Faster | ReplayCmd::Slower => {
+                self.speed = if c == ReplayCmd::Faster {
+                    (self.speed + 1).min(SPEEDS.len() - 1)
+                } else {
+                    self.speed.saturating_sub(1)
+                };
+                let from = self.shown.unwrap_or(0);
+                self.due = Instant::now() + self.gap(from, self.next);
+                Apply::None
+            }
+            ReplayCmd::Step(n) => {
+                self.paused = true;
+                match self.shown {
+                    // One forward from where we are: fold it in, as live.
+                    Some(s) if n == 1 && s + 1 < self.reader.len() => self.advance(),
+                    None if n > 0 => self.advance(),
+                    Some(s) => {
+                        let t = (s as i64).saturating_add(n).max(0) as usize;
+                        if t == s { Apply::None } else { self.jump(t) }
+                    }
+                    None => Apply::None,
+                }
+            }
+            ReplayCmd::Seek(ms) => {
+                let now = self.status().t_ms;
+                let t = if ms >= 0 {
+                    now.saturating_add(ms as u64)
+                } else {
+                    now.saturating_sub(ms.unsigned_abs())
+                };
+                let i = self.index_at(t);
+                self.jump(i)
+            }
+            ReplayCmd::GoTo(spec) => {
+                let s = self.status();
+                let i = self.index_at(spec.resolve(s.first_ms, s.last_ms));
+                self.jump(i)
+            }
+        }
+    }
+
+    /// Show the next decodable interval, folded into the Model as live.
+    fn advance(&mut self) -> Apply {
+        while self.next < self.reader.len() {
+            let i = self.next;
+            self.next += 1;
+            if let Some(b) = self.decode(i) {
+                self.shown = Some(i);
+                // `due` is always when `next` is due.
+                self.due += self.gap(i, i + 1);
+                return Apply::Batch(Box::new(b));
+            }
+        }
+        Apply::None
+    }
+
+    /// How long until the next interval is due; None when paused or at the end.
+    fn wait(&self) -> Option<Duration> {
+        if self.paused || self.next >= self.reader.len() {
+            return None;
+        }
+        Some(self.due.saturating_duration_since(Instant::now()))
+    }
+}
+
+impl Source for Replay {
+    /// The next interval, when it is due at the current speed (at once when not paced).
+    fn next_batch(&mut self) -> anyhow::Result<Option<Batch>> {
+        loop {
+            if self.next >= self.reader.len() {
+                return Ok(None);
+            }
+            if self.paced {
+                let first = self.shown.is_none();
+                if first {
+                    self.due = Instant::now();
+                }
+                std::thread::sleep(self.due.saturating_duration_since(Instant::now()));
+            }
+            if let Apply::Batch(b) = self.advance() {
+                return Ok(Some(*b));
+            }
+        }
+    }
+
+    fn set_interval(&mut self, _: Duration) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn set_pins(&mut self, _: &[u32]) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Run the replay on its own thread: deliver intervals when due, obey commands, and stop
+/// when the App goes away.
+pub fn spawn(mut r: Replay, tx: Sender<Msg>, ctl: Receiver<ReplayCmd>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("replay".into())
+        .spawn(move || {
+            r.due = Instant::now();
+            loop {
+                let cmd = match r.wait() {
+                    Some(d) => match ctl.recv_timeout(d) {
+                        Ok(c) => Some(c),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    },
+                    None => match ctl.recv() {
+                        Ok(c) => Some(c),
+                        Err(_) => return,
+                    },
+                };
+                let apply = match cmd {
+                    Some(c) => r.command(c),
+                    None => {
+                        // Fell far behind (a stalled terminal): do not race to catch up.
+                        if r.due + Duration::from_secs(1) < Instant::now() {
+                            r.due = Instant::now();
+                        }
+                        r.advance()
+                    }
+                };
+                let u = ReplayUpdate {
+                    status: r.status(),
+                    apply,
+                };
+                if tx.send(Msg::Replay(Box::new(u))).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// The UI side of a replay: what the timeline shows and the keys that steer it.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayControl {
+    pub status: ReplayStatus,
+    /// The "go to" prompt, while it is open: what was typed.
+    pub prompt: Option<String>,
+    /// Why the last "go to" was not understood.
+    pub prompt_error: Option<String>,
+}
+
+/// The keys, for the help line and the README.
+pub const KEYS: &str = "space pause  ./, step  \u{2190}/\u{2192} \u{b1}10s  [/] \u{b1}1m  \
+                        g go to  Home/End  </> speed";
+
+impl ReplayControl {
+    pub fn new(status: ReplayStatus) -> Self {
+        Self {
+            status,
+            ..Default::default()
+        }
+    }
+
+    /// Handle a key if it is a replay key; None leaves it to the App.
+    pub fn key(&mut self, k: &KeyEvent) -> Option<Effect> {
+        if let Some(p) = &mut self.prompt {
+            match k.code {
+                KeyCode::Esc => self.prompt = None,
+                KeyCode::Backspace => {
+                    p.pop();
+                }
+                KeyCode::Enter => {
+                    let typed = p.clone();
+                    self.prompt = None;
+                    return Some(match typed.parse::<TimeSpec>() {
+                        Ok(t) => {
+                            self.prompt_error = None;
+                            Effect::Replay(ReplayCmd::GoTo(t))
+                        }
+                        Err(e) => {
+                            self.prompt_error = Some(e);
+                            Effect::Redraw
+                        }
+                    });
+                }
+                KeyCode::Char(c)
+                    if !k.modifiers.contains(KeyModifiers::CONTROL) && p.len() < 40 =>
+                {
+                    p.push(c);
+                }
+                KeyCode::Char(_) if !k.modifiers.contains(KeyModifiers::CONTROL) => {}
+                // Ctrl-C still quits from the prompt.
+                KeyCode::Char(_) => return None,
+                _ => {}
+            }
+            return Some(Effect::Redraw);
+        }
+        let shift = k.modifiers.contains(KeyModifiers::SHIFT);
+        let cmd = match k.code {
+            KeyCode::Char(' ') => ReplayCmd::TogglePause,
+            KeyCode::Char('.') => ReplayCmd::Step(1),
+            KeyCode::Char(',') => ReplayCmd::Step(-1),
+            KeyCode::Right if shift => ReplayCmd::Seek(60_000),
+            KeyCode::Left if shift => ReplayCmd::Seek(-60_000),
+            KeyCode::Right => ReplayCmd::Seek(10_000),
+            KeyCode::Left => ReplayCmd::Seek(-10_000),
+            KeyCode::Char(']') => ReplayCmd::Seek(60_000),
+            KeyCode::Char('[') => ReplayCmd::Seek(-60_000),
+            KeyCode::Home => ReplayCmd::GoTo(TimeSpec::FromStart(0)),
+            KeyCode::End => ReplayCmd::GoTo(TimeSpec::FromEnd(0)),
+            KeyCode::Char('>') | KeyCode::Char('+') => ReplayCmd::Faster,
+            KeyCode::Char('<') | KeyCode::Char('-') => ReplayCmd::Slower,
+            KeyCode::Char('g') => {
+                self.prompt = Some(String::new());
+                self.prompt_error = None;
+                return Some(Effect::Redraw);
+            }
+            _ => return None,
+        };
+        Some(Effect::Replay(cmd))
+    }
+}
+
+impl App {
+    /// Fold an update from the replay thread in.
+    pub fn on_replay(&mut self, u: ReplayUpdate) -> Effect {
+        if let Some(c) = &mut self.replay {
+            c.status = u.status;
+        }
+        match u.apply {
+            Apply::None => {}
+            Apply::Batch(b) => self.model.ingest(&b),
+            Apply::Reset(m) => self.model = *m,
+        }
+        Effect::Redraw
+    }
+}
+
+/// `ebee-top replay FILE`.
+pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    let mut replay = Replay::open(&a.file, a.speed, true)?;
+    if !std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "standard output is not a terminal; use `ebee-top export {}` for scripts and pipes",
+            a.file.display()
+        );
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<Msg>();
+    let (ctl_tx, ctl_rx) = std::sync::mpsc::channel::<ReplayCmd>();
+    let interval = Duration::from_nanos(replay.reader().meta().interval_ns.max(1));
+    let mut app = App::new(a.top as usize, interval);
+    let first = a.from.map(|t| replay.command(ReplayCmd::GoTo(t)));
+    if a.paused {
+        replay.command(ReplayCmd::TogglePause);
+    }
+    app.replay = Some(ReplayControl::new(replay.status()));
+    if let Some(apply) = first {
+        app.on_replay(ReplayUpdate {
+            status: replay.status(),
+            apply,
+        });
+    }
+    spawn(replay, tx.clone(), ctl_rx)?;
+    crate::run::run_ui(app, tx, rx, |e| {
+        if let Effect::Replay(c) = e {
+            let _ = ctl_tx.send(c);
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::writer::{RecordOptions, Writer};
+
+    fn key(c: KeyCode) -> KeyEvent {
+        KeyEvent::new(c, KeyModifiers::NONE)
+    }
+
+    fn recording(n: u64) -> (tempfile::TempDir, PathBuf, Vec<Batch>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.ebr");
+        let mut w = Writer::create(
+            RecordOptions {
+                path: path.clone(),
+                force: false,
+                max_size: None,
+                rotate: None,
+            },
+            Default::default(),
+        )
+        .unwrap();
+        let batches: Vec<Batch> = (1..=n).map(|s| crate::record::tests::batch(s, 5)).collect();
+        for b in &batches {
+            w.append(b).unwrap();
+        }
+        (dir, path, batches)
+    }
+
+    fn batch_of(a: Apply) -> Batch {
+        match a {
+            Apply::Batch(b) => *b,
+            _ => panic!("not a batch"),
+        }
+    }
+
+    fn model_of(a: Apply) -> Model {
+        match a {
+            Apply::Reset(m) => *m,
+            _ => panic!("not a reset"),
+        }
+    }
+
+    #[test]
+    fn source_delivers_every_interval_in_order() {
+        let (_d, path, batches) = recording(30);
+        let mut r = Replay::open(&path, 1.0, false).unwrap();
+        let mut got = Vec::new();
+        while let Some(b) = r.next_batch().unwrap() {
+            got.push(b);
+        }
+        assert_eq!(got, batches);
+    }
+
+    #[test]
+    fn steps_and_seeks_rebuild_the_live_model() {
+        let (_d, path, batches) = recording(300);
+        let mut r = Replay::open(&path, 1.0, false).unwrap();
+        // Live: a Model that saw every interval.
+        let live_at = |i: usize| {
+            let mut m = Model::new();
+            for b in &batches[..=i] {
+                m.ingest(b);
+            }
+            m
+        };
+        let same = |a: &Model, b: &Model| {
+            assert_eq!(a.latest(), b.latest());
+            assert_eq!(a.top_cpu(50), b.top_cpu(50));
+        };
+        assert_eq!(batch_of(r.command(ReplayCmd::Step(1))), batches[0]);
+        assert!(r.status().paused);
+        assert_eq!(batch_of(r.command(ReplayCmd::Step(1))), batches[1]);
+        same(&model_of(r.command(ReplayCmd::Step(-1))), &live_at(0));
+        assert!(matches!(r.command(ReplayCmd::Step(-1)), Apply::None));
+        // Intervals are 50 ms apart: +10 s is 200 intervals on.
+        same(&model_of(r.command(ReplayCmd::Seek(10_000))), &live_at(200));
+        assert_eq!(r.status().shown, Some(200));
+        same(&model_of(r.command(ReplayCmd::Seek(-60_000))), &live_at(0));
+        same(
+            &model_of(r.command(ReplayCmd::GoTo(TimeSpec::FromEnd(0)))),
+            &live_at(299),
+        );
+        assert!(r.status().at_end);
+        same(
+            &model_of(r.command(ReplayCmd::GoTo(TimeSpec::FromStart(5_000)))),
+            &live_at(100),
+        );
+        r.command(ReplayCmd::TogglePause);
+        assert!(!r.status().paused);
+        assert_eq!(batch_of(r.advance()), batches[101]);
+    }
+
+    #[test]
+    fn speed_is_bounded() {
+        let (_d, path, _) = recording(3);
+        let mut r = Replay::open(&path, 1.0, false).unwrap();
+        for _ in 0..10 {
+            r.command(ReplayCmd::Faster);
+        }
+        assert_eq!(r.status().speed, 16.0);
+        for _ in 0..10 {
+            r.command(ReplayCmd::Slower);
+        }
+        assert_eq!(r.status().speed, 0.25);
+        assert_eq!(r.gap(0, 1), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn app_routes_replay_keys_and_updates() {
+        use crossterm::event::Event;
+        let mut app = App::new(20, Duration::from_millis(50));
+        app.replay = Some(ReplayControl::default());
+        let k = |c| Msg::Input(Event::Key(key(c)));
+        assert_eq!(
+            app.update(k(KeyCode::Char(' '))),
+            Effect::Replay(ReplayCmd::TogglePause)
+        );
+        assert!(!app.paused, "space pauses the playback, not the screen");
+        assert_eq!(
+            app.update(k(KeyCode::Char('+'))),
+            Effect::Replay(ReplayCmd::Faster)
+        );
+        assert_eq!(app.update(k(KeyCode::Char('q'))), Effect::Quit);
+        let b = crate::record::tests::batch(7, 3);
+        let status = ReplayStatus {
+            shown: Some(6),
+            len: 10,
+            ..Default::default()
+        };
+        let e = app.update(Msg::Replay(Box::new(ReplayUpdate {
+            status: status.clone(),
+            apply: Apply::Batch(Box::new(b.clone())),
+        })));
+        assert_eq!(e, Effect::Redraw);
+        assert_eq!(app.model.latest(), Some(&b));
+        assert_eq!(app.replay.as_ref().unwrap().status, status);
+        app.update(Msg::Replay(Box::new(ReplayUpdate {
+            status,
+            apply: Apply::Reset(Box::new(Model::new())),
+        })));
+        assert!(app.model.latest().is_none());
+    }
+
+    #[test]
+    fn keys_map_to_commands_and_the_prompt_takes_a_time() {
+        let mut c = ReplayControl::default();
+        let cmd = |c: &mut ReplayControl, k: KeyEvent| c.key(&k);
+        assert_eq!(
+            cmd(&mut c, key(KeyCode::Char(' '))),
+            Some(Effect::Replay(ReplayCmd::TogglePause))
+        );
+        assert_eq!(
+            cmd(&mut c, key(KeyCode::Left)),
+            Some(Effect::Replay(ReplayCmd::Seek(-10_000)))
+        );
+        assert_eq!(
+            cmd(&mut c, KeyEvent::new(KeyCode::Right, KeyModifiers::SHIFT)),
+            Some(Effect::Replay(ReplayCmd::Seek(60_000)))
+        );
+        // Not ours: selection and quit stay with the App.
+        assert_eq!(cmd(&mut c, key(KeyCode::Char('q'))), None);
+        assert_eq!(cmd(&mut c, key(KeyCode::Down)), None);
+        // The prompt swallows keys until Enter.
+        assert_eq!(cmd(&mut c, key(KeyCode::Char('g'))), Some(Effect::Redraw));
+        for ch in "+90q".chars() {
+            assert_eq!(cmd(&mut c, key(KeyCode::Char(ch))), Some(Effect::Redraw));
+        }
+        cmd(&mut c, key(KeyCode::Backspace));
+        assert_eq!(
+            cmd(&mut c, key(KeyCode::Enter)),
+            Some(Effect::Replay(ReplayCmd::GoTo(TimeSpec::FromStart(90_000))))
+        );
+        assert!(c.prompt.is_none());
+        cmd(&mut c, key(KeyCode::Char('g')));
+        cmd(&mut c, key(KeyCode::Char('x')));
+        assert_eq!(cmd(&mut c, key(KeyCode::Enter)), Some(Effect::Redraw));
+        assert!(c.prompt_error.is_some());
+    }
+}

@@ -1,0 +1,147 @@
+//! The bottom lines: the replay timeline (position, speed, the file's span and damage, the
+//! keys or the "go to" prompt), or the recording status while recording live.
+
+use ratatui::{
+    Frame,
+    layout::Rect,
+    style::{Modifier, Style},
+    text::{Line, Span},
+    widgets::Paragraph,
+};
+
+use crate::app::App;
+use crate::output::fmt_wall;
+use crate::replay::{KEYS, ReplayControl};
+
+/// Lines this region needs.
+pub fn height(app: &App) -> u16 {
+    if app.replay.is_some() {
+        2
+    } else if app.recording.is_some() {
+        1
+    } else {
+        0
+    }
+}
+
+pub fn render(app: &App, f: &mut Frame, area: Rect) {
+    if area.height == 0 {
+        return;
+    }
+    if let Some(r) = &app.replay {
+        f.render_widget(Paragraph::new(lines(r, area.width)), area);
+    } else if let Some(s) = &app.recording {
+        let style = if s.stopped.is_some() {
+            Style::default().add_modifier(Modifier::BOLD)
+        } else {
+            Style::default()
+        };
+        f.render_widget(Paragraph::new(Line::styled(s.line(), style)), area);
+    }
+}
+
+/// A bar `width` cells wide with a marker at `pos` of `len`.
+fn bar(pos: usize, len: usize, width: usize) -> String {
+    if width == 0 {
+        return String::new();
+    }
+    let at = if len <= 1 {
+        0
+    } else {
+        (pos * (width - 1)) / (len - 1)
+    };
+    (0..width)
+        .map(|i| match i.cmp(&at) {
+            std::cmp::Ordering::Less => '\u{2501}',
+            std::cmp::Ordering::Equal => '\u{25cf}',
+            std::cmp::Ordering::Greater => '\u{2500}',
+        })
+        .collect()
+}
+
+fn lines(r: &ReplayControl, width: u16) -> Vec<Line<'static>> {
+    let s = &r.status;
+    let state = if s.paused {
+        "\u{23f8} paused"
+    } else if s.at_end {
+        "\u{25a0} end"
+    } else {
+        "\u{25b6} playing"
+    };
+    let pos = s.shown.map_or(0, |i| i + 1);
+    let left = format!(
+        "{state} {}x  {}  #{pos}/{}  ",
+        s.speed,
+        fmt_wall(s.t_ms),
+        s.len
+    );
+    let right = format!(
+        "  {} \u{2192} {}",
+        fmt_wall(s.first_ms),
+        fmt_wall(s.last_ms)
+    );
+    let room = (width as usize).saturating_sub(left.chars().count() + right.chars().count());
+    let first = Line::from(vec![
+        Span::styled(left, Style::default().add_modifier(Modifier::BOLD)),
+        Span::raw(bar(s.shown.unwrap_or(0), s.len, room.min(60))),
+        Span::raw(right),
+    ]);
+    let second = if let Some(p) = &r.prompt {
+        Line::from(format!(
+            "go to (HH:MM:SS UTC, +DUR, -DUR, @UNIX): {p}\u{2588}   Enter go, Esc cancel"
+        ))
+    } else if let Some(e) = &r.prompt_error {
+        Line::styled(e.clone(), Style::default().add_modifier(Modifier::BOLD))
+    } else if !s.damage.is_empty() || s.skipped > 0 {
+        let mut t = s.damage.clone();
+        if s.skipped > 0 {
+            t.push_str(&format!("  ({} intervals could not be decoded)", s.skipped));
+        }
+        Line::styled(
+            format!("\u{26a0} {}", t.trim()),
+            Style::default().add_modifier(Modifier::BOLD),
+        )
+    } else {
+        Line::from(format!("{}  {KEYS}", s.file))
+    };
+    vec![first, second]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::ReplayStatus;
+
+    #[test]
+    fn bar_marks_the_position() {
+        assert_eq!(bar(0, 10, 5), "\u{25cf}\u{2500}\u{2500}\u{2500}\u{2500}");
+        assert_eq!(bar(9, 10, 5), "\u{2501}\u{2501}\u{2501}\u{2501}\u{25cf}");
+        assert_eq!(bar(0, 1, 3).chars().count(), 3);
+        assert_eq!(bar(3, 10, 0), "");
+    }
+
+    #[test]
+    fn the_timeline_shows_position_damage_and_prompt() {
+        let mut c = ReplayControl::new(ReplayStatus {
+            file: "x.ebr".into(),
+            shown: Some(4),
+            len: 10,
+            t_ms: 3_723_004,
+            speed: 2.0,
+            paused: true,
+            damage: "the file ends early".into(),
+            ..Default::default()
+        });
+        let text = |c: &ReplayControl| {
+            lines(c, 100)
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+        };
+        let t = text(&c);
+        assert!(t[0].contains("paused 2x  01:02:03.004  #5/10"), "{}", t[0]);
+        assert!(t[1].contains("ends early"));
+        c.prompt = Some("+90".into());
+        assert!(text(&c)[1].contains("go to") && text(&c)[1].contains("+90"));
+    }
+}
