@@ -124,15 +124,17 @@ fn batch(cli: &Cli) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let k = cli.top as usize;
     let mut n = 0u64;
+    let mut latency = crate::latency::Latency::new();
     while !quit.load(std::sync::atomic::Ordering::Relaxed) {
         let Some(b) = source.next_batch()? else { break };
+        latency.drained(b.end_ns, crate::latency::monotonic_ns());
         model.ingest(&b);
         let r = match cli.format {
             Format::Json => output::write_json(&mut out, &model, k),
             Format::Text => output::write_text(&mut out, &model, k),
         };
         match r.and_then(|()| out.flush()) {
-            Ok(()) => {}
+            Ok(()) => latency.shown(b.end_ns, crate::latency::monotonic_ns()),
             // The reader went away (`| head`): that is a normal end.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
             Err(e) => return Err(e).context("writing output"),
@@ -144,6 +146,9 @@ fn batch(cli: &Cli) -> anyhow::Result<()> {
     }
     if let Some(r) = recorder {
         r.finish();
+    }
+    if let Some(path) = &cli.latency_report {
+        latency.write_report(path)?;
     }
     Ok(())
 }
