@@ -140,6 +140,23 @@ pub struct MemCpu {
     pub seq: u64,
     /// rss_stat events seen on this CPU since load.
     pub events: u64,
+    /// Events skipped because they repeated this CPU's previous reading (same epoch, same mm,
+    /// same resident pages): the approximate global count moves only once per percpu batch
+    /// (32 pages or more), so most page faults leave it as it was.
+    pub repeats: u64,
+    /// Epoch word, `mm` address and resident pages of this CPU's previous recorded reading.
+    pub last_epoch: u64,
+    pub last_mm: u64,
+    pub last_pages: u64,
+}
+
+impl MemCpu {
+    /// True when a reading adds nothing to what this CPU already recorded in this interval:
+    /// the sketch (or its shadow) already holds this very value for this process.
+    #[inline(always)]
+    pub const fn repeats(&self, epoch: u64, mm: u64, pages: u64) -> bool {
+        self.last_mm == mm && self.last_pages == pages && self.last_epoch == epoch
+    }
 }
 
 /// Value of the exact shadow (a per-CPU hash keyed by tgid): the latest reading on that CPU.
@@ -187,7 +204,7 @@ mod tests {
     #[test]
     fn layout_has_no_padding() {
         assert_eq!(core::mem::size_of::<MemSlot>(), 24);
-        assert_eq!(core::mem::size_of::<MemCpu>(), 16);
+        assert_eq!(core::mem::size_of::<MemCpu>(), 48);
         assert_eq!(core::mem::size_of::<MemShadow>(), 16);
         assert_eq!(core::mem::size_of::<MemOffsets>(), 40);
         assert_eq!(
@@ -248,6 +265,23 @@ mod tests {
         }
         let e = est(&s, 1).expect("big process evicted by small ones");
         assert_eq!((e.pages, e.peak), (1, 1000));
+    }
+
+    #[test]
+    fn a_repeat_is_only_the_same_value_of_the_same_mm_in_the_same_interval() {
+        let c = MemCpu {
+            last_epoch: 11,
+            last_mm: 0xffff_1000,
+            last_pages: 500,
+            ..Default::default()
+        };
+        assert!(c.repeats(11, 0xffff_1000, 500));
+        assert!(
+            !c.repeats(12, 0xffff_1000, 500),
+            "a new interval records again"
+        );
+        assert!(!c.repeats(11, 0xffff_2000, 500), "another process");
+        assert!(!c.repeats(11, 0xffff_1000, 501), "a changed value");
     }
 
     #[test]

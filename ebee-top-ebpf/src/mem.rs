@@ -15,7 +15,7 @@ use aya_ebpf::{
 };
 use ebee_shared::{
     ctl,
-    mem::{MemOffsets, MemShadow, MemSlot},
+    mem::{MemCpu, MemOffsets, MemShadow, MemSlot},
 };
 
 use crate::atomic_fetch_add;
@@ -69,8 +69,8 @@ unsafe fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<(), ()> {
     // run does not see is ordered after the mark, and userspace waits for the run to end.
     // SAFETY: this CPU's value of a per-CPU array; the program cannot nest on one CPU.
     unsafe { atomic_fetch_add(&raw mut (*st).seq, 1) };
-    // SAFETY: as above; the body is a closure-free block so the closing mark always runs.
-    let r = unsafe { record(ctx, &o) };
+    // SAFETY: as above; `record` returns normally on every path, so the closing mark runs.
+    let r = unsafe { record(ctx, &o, &mut *st) };
     // SAFETY: as above.
     unsafe {
         (*st).events += 1;
@@ -80,20 +80,30 @@ unsafe fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<(), ()> {
 }
 
 /// # Safety
-/// As [`try_rss_stat`].
+/// As [`try_rss_stat`]; `st` is this CPU's state.
 #[inline(always)]
-unsafe fn record(ctx: &BtfTracePointContext, o: &MemOffsets) -> Result<(), ()> {
+unsafe fn record(ctx: &BtfTracePointContext, o: &MemOffsets, st: &mut MemCpu) -> Result<(), ()> {
     let c = CTL.get_ptr(0).ok_or(())?;
     // SAFETY: a valid map value; the epoch word is read with one 8-byte load.
     let epoch = unsafe { core::ptr::read_volatile(&raw const (*c).epoch) };
     let parity = ctl::parity(epoch);
+
+    // The first tracepoint argument is the BTF-typed mm_struct.
+    let mm: *const u8 = ctx.arg(0);
+    // SAFETY: `mm` and the offsets as above.
+    let pages =
+        unsafe { counter(mm, o, o.file) + counter(mm, o, o.anon) + counter(mm, o, o.shmem) };
+    // Most events repeat the previous reading (the global count moves once per percpu batch):
+    // nothing new to record, skip the attribution and the sketch.
+    if st.repeats(epoch, mm as u64, pages) {
+        st.repeats += 1;
+        return Ok(());
+    }
+
     let sk = MEM_SKETCH.get_ptr_mut(parity & 1).ok_or(())?;
     // SAFETY: this CPU's value of a per-CPU array; only this CPU writes it while the interval
     // is open, and userspace reads it only after the flip and the `seq` handshake.
     let sk = unsafe { &mut *sk };
-
-    // The first tracepoint argument is the BTF-typed mm_struct.
-    let mm: *const u8 = ctx.arg(0);
     let tgid_off = global(&TASK_TGID_OFF) as usize;
     let mut tgid = 0u32;
     if o.has_owner != 0 {
@@ -124,9 +134,9 @@ unsafe fn record(ctx: &BtfTracePointContext, o: &MemOffsets) -> Result<(), ()> {
         return Ok(());
     }
 
-    // SAFETY: `mm` and the offsets as above.
-    let pages =
-        unsafe { counter(mm, o, o.file) + counter(mm, o, o.anon) + counter(mm, o, o.shmem) };
+    st.last_epoch = epoch;
+    st.last_mm = mm as u64;
+    st.last_pages = pages;
     let pages = if pages > u32::MAX as u64 {
         u32::MAX
     } else {

@@ -32,8 +32,11 @@ pub struct MemStats {
     /// False when the kernel lacks the rss_stat tracepoint or the struct layout it needs
     /// (then `mem` is empty).
     pub available: bool,
-    /// rss_stat events recorded in the sketch.
+    /// rss_stat events seen (all CPUs).
     pub events: u64,
+    /// Of them, readings recorded in the sketch (the others repeated their CPU's previous
+    /// reading of the same process in the interval).
+    pub recorded: u64,
     /// Sketch entries evicted (their reading was lost for the interval).
     pub evictions: u64,
     /// Largest RSS among the evicted entries, bytes: below the k-th largest RSS shown, an

@@ -239,7 +239,8 @@ impl Source for Live {
             mem_exact,
             mem_stats: MemStats {
                 available: self.probes.mem_available(),
-                events: mem_raw.updates,
+                events: mem_raw.events,
+                recorded: mem_raw.updates,
                 evictions: mem_raw.evictions,
                 evicted_max_bytes: ebee_shared::mem::pages_to_bytes(
                     mem_raw.evicted_max_pages,

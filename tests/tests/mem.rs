@@ -297,7 +297,12 @@ fn memory_faulted_in_by_another_process_is_charged_to_the_owner() {
         for r in remote {
             // SAFETY: valid iovec arrays of length 1 that outlive the call.
             let n = unsafe { libc::process_vm_writev(h.pid() as i32, local.as_ptr(), 1, &r, 1, 0) };
-            assert_eq!(n, 1, "process_vm_writev: {}", std::io::Error::last_os_error());
+            assert_eq!(
+                n,
+                1,
+                "process_vm_writev: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
     next(&mut src, &mut m);

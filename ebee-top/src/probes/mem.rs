@@ -59,7 +59,11 @@ pub struct MemRaw {
     pub readings: Vec<MemReading>,
     /// Latest reading per process from the exact shadow, when loaded with it.
     pub exact: Option<Vec<MemReading>>,
-    /// rss_stat events recorded, entries evicted, the largest peak evicted (pages).
+    /// rss_stat events seen in the interval (all CPUs), and those skipped as repeats of the
+    /// CPU's previous reading.
+    pub events: u64,
+    pub repeats: u64,
+    /// Readings recorded in the sketch, entries evicted, the largest peak evicted (pages).
     pub updates: u64,
     pub evictions: u64,
     pub evicted_max_pages: u64,
@@ -112,6 +116,8 @@ pub(super) struct MemDrain {
     sketch: PerCpuArray<MapData, MemSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
     ncpus: usize,
+    /// Cumulative (events, repeats) at the last drain.
+    totals: (u64, u64),
 }
 
 impl MemDrain {
@@ -126,13 +132,23 @@ impl MemDrain {
             sketch,
             shadow,
             ncpus,
+            totals: (0, 0),
         }
     }
 
     /// The flip has just closed the interval written under `old_parity`: collect it.
     pub(super) fn drain(&mut self, old_parity: u32) -> Result<MemRaw, aya::maps::MapError> {
         let mut raw = MemRaw::default();
-        let first: Vec<u64> = self.cpu.get(&0, 0)?.iter().map(|c| c.seq).collect();
+        let states = self.cpu.get(&0, 0)?;
+        let first: Vec<u64> = states.iter().map(|c| c.seq).collect();
+        // Counted at the flip: a run in flight lands in the next interval's count, which is
+        // fine for a rate.
+        let totals = states
+            .iter()
+            .fold((0, 0), |(e, r), c| (e + c.events, r + c.repeats));
+        raw.events = totals.0.saturating_sub(self.totals.0);
+        raw.repeats = totals.1.saturating_sub(self.totals.1);
+        self.totals = totals;
         let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
         loop {
             let now: Vec<u64> = self.cpu.get(&0, 0)?.iter().map(|c| c.seq).collect();

@@ -28,6 +28,17 @@ enum Cmd {
         #[arg(long, default_value_t = 200)]
         intervals: u32,
     },
+    /// Precision@k of the memory sketch against the exact shadow (by RES and by growth) while
+    /// a workload runs, its evictions, its maps, and the cost per rss_stat event (BPF stats)
+    /// with and without the shadow.
+    MemPrecision {
+        /// Interval length in ms.
+        #[arg(long, default_value_t = 50)]
+        interval_ms: u64,
+        /// Intervals to measure.
+        #[arg(long, default_value_t = 200)]
+        intervals: u32,
+    },
     /// Burst resolution: watch `pid` for `seconds` at the default interval and report every
     /// burst (a run of non-empty 10 ms bins) with its on-CPU time and span.
     Bursts {
@@ -427,6 +438,147 @@ fn precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_json::Val
     }))
 }
 
+/// Cost of the rss_stat program over `intervals`, from the kernel's BPF run-time stats:
+/// (ns per run, runs per second).
+fn mem_cost(live: &mut ebee_top::source::Live, intervals: u32) -> anyhow::Result<(f64, f64)> {
+    use ebee_top::source::Source;
+    let name = ebee_shared::prog_names::RSS_STAT;
+    let t0 = Instant::now();
+    let a = live.probes().prog_stats_of(name);
+    for _ in 0..intervals {
+        live.next_batch()?;
+    }
+    let b = live.probes().prog_stats_of(name);
+    if !b.enabled {
+        anyhow::bail!("BPF run-time statistics could not be turned on");
+    }
+    let runs = b.run_count.saturating_sub(a.run_count);
+    let ns = b.run_ns.saturating_sub(a.run_ns);
+    Ok((
+        if runs > 0 {
+            ns as f64 / runs as f64
+        } else {
+            f64::NAN
+        },
+        runs as f64 / t0.elapsed().as_secs_f64(),
+    ))
+}
+
+fn mem_precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_json::Value> {
+    use ebee_top::model::mem::MemModel;
+    use ebee_top::source::{Live, Source};
+    let tick = Duration::from_millis(interval_ms);
+    let mut live = Live::start(
+        ProbeConfig {
+            shadow: true,
+            bpf_stats: true,
+            ..Default::default()
+        },
+        tick,
+    )?;
+    let mut model = MemModel::default();
+    let (mut res, mut growth) = (Acc::default(), Acc::default());
+    let mut recorded = 0u64;
+    let (mut events, mut evictions, mut tracked, mut risky, mut unattributed, mut timeouts) =
+        (0u64, 0u64, 0u64, 0u32, 0u64, 0u64);
+    let (mut changed, mut rows) = (0usize, 0usize);
+    let name = ebee_shared::prog_names::RSS_STAT;
+    let s0 = live.probes().prog_stats_of(name);
+    let t0 = Instant::now();
+    for _ in 0..intervals {
+        let Some(b) = live.next_batch()? else { break };
+        model.ingest(&b);
+        let Some(exact_view) = model.exact.as_ref() else {
+            anyhow::bail!("no exact shadow rows");
+        };
+        let exact_all = exact_view.top_rss(usize::MAX);
+        let exact: HashMap<u32, u64> = exact_all.iter().map(|e| (e.pid, e.rss_bytes)).collect();
+        let reported: Vec<(u32, u64)> = model
+            .sketch
+            .top_rss(30)
+            .iter()
+            .map(|e| (e.pid, e.rss_bytes))
+            .collect();
+        res.add(&reported, &exact);
+        let exact_growth: HashMap<u32, u64> = exact_view
+            .top_growth(usize::MAX)
+            .iter()
+            .map(|e| (e.pid, e.rss_delta_bytes.unsigned_abs()))
+            .collect();
+        let reported_growth: Vec<(u32, u64)> = model
+            .sketch
+            .top_growth(30)
+            .iter()
+            .map(|e| (e.pid, e.rss_delta_bytes.unsigned_abs()))
+            .collect();
+        growth.add(&reported_growth, &exact_growth);
+        let st = &b.mem_stats;
+        events += st.events;
+        recorded += st.recorded;
+        evictions += st.evictions;
+        tracked += st.tracked;
+        unattributed += st.unattributed;
+        timeouts += st.handshake_timeouts;
+        changed += b.mem.iter().filter(|r| r.rss_delta_bytes != 0).count();
+        rows += b.mem.len();
+        // An eviction can only have touched the top 30 if what it dropped was that large.
+        let kth = exact_all.get(29).map_or(0, |e| e.rss_bytes);
+        if st.evictions > 0 && st.evicted_max_bytes >= kth {
+            risky += 1;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let s1 = live.probes().prog_stats_of(name);
+    let runs = s1.run_count.saturating_sub(s0.run_count);
+    let with_shadow_ns = if runs > 0 {
+        s1.run_ns.saturating_sub(s0.run_ns) as f64 / runs as f64
+    } else {
+        f64::NAN
+    };
+    let maps: Vec<_> = live
+        .probes()
+        .map_report()?
+        .into_iter()
+        .filter(|m| m.name.starts_with("MEM_"))
+        .collect();
+    drop(live);
+    // The cost the default configuration pays: no shadow.
+    let mut plain = Live::start(
+        ProbeConfig {
+            bpf_stats: true,
+            ..Default::default()
+        },
+        tick,
+    )?;
+    let (plain_ns, plain_rate) = mem_cost(&mut plain, intervals.min(100))?;
+    let n = f64::from(intervals);
+    let sketch_bytes = std::mem::size_of::<ebee_shared::mem::MemSketch>();
+    Ok(json!({
+        "interval_ms": interval_ms,
+        "intervals": intervals,
+        "events_per_interval": events as f64 / n,
+        "events_per_s": events as f64 / secs,
+        "recorded_per_interval": recorded as f64 / n,
+        "changed_per_interval": changed as f64 / n,
+        "rows_per_interval": rows as f64 / n,
+        "tracked_per_interval": tracked as f64 / n,
+        "evictions": evictions,
+        "intervals_with_an_eviction_at_or_above_the_30th": risky,
+        "unattributed": unattributed,
+        "handshake_timeouts": timeouts,
+        "stages": ebee_shared::mem::MEM_STAGES,
+        "slots": ebee_shared::mem::MEM_SLOTS,
+        "sketch_value_bytes": sketch_bytes,
+        "ncpus": plain.probes().ncpus(),
+        "res": res.json(),
+        "growth": growth.json(),
+        "maps": maps,
+        "ns_per_event_with_shadow": with_shadow_ns,
+        "ns_per_event": plain_ns,
+        "events_per_s_cost_run": plain_rate,
+    }))
+}
+
 fn bursts(pid: u32, seconds: f64) -> anyhow::Result<serde_json::Value> {
     use ebee_top::source::{Live, Source};
     let mut live = Live::start(ProbeConfig::default(), Duration::from_millis(50))?;
@@ -477,6 +629,10 @@ fn main() {
             intervals,
         } => precision(interval_ms, intervals),
         Cmd::Bursts { pid, seconds } => bursts(pid, seconds),
+        Cmd::MemPrecision {
+            interval_ms,
+            intervals,
+        } => mem_precision(interval_ms, intervals),
         Cmd::Overhead {
             calls,
             rounds,

@@ -230,10 +230,7 @@ impl Region {
         if p == libc::MAP_FAILED {
             return None;
         }
-        Some(Self {
-            ptr: p.cast(),
-            len,
-        })
+        Some(Self { ptr: p.cast(), len })
     }
 
     /// Make pages `[from, to)` (bytes) resident by writing one byte in each.
@@ -251,13 +248,7 @@ impl Region {
         let to = to.min(self.len);
         if to > from {
             // SAFETY: a page-aligned range inside the mapping; its contents are not needed.
-            unsafe {
-                libc::madvise(
-                    self.ptr.add(from).cast(),
-                    to - from,
-                    libc::MADV_DONTNEED,
-                )
-            };
+            unsafe { libc::madvise(self.ptr.add(from).cast(), to - from, libc::MADV_DONTNEED) };
         }
     }
 }
