@@ -283,7 +283,111 @@ fn precision(procs: u32, churn: u32) -> Result<()> {
         }
     }
     print!("{body}");
-    write_section("precision", &body)
+    write_section("precision", &body)?;
+    drop(_w);
+    mem_precision(procs)
+}
+
+/// Memory sketch precision and cost, on `ebee-load mem-mix` (written to its own section).
+fn mem_precision(procs: u32) -> Result<()> {
+    let runs = [(50u64, 400u32), (1000, 20)];
+    // Each run measures its intervals with the shadow, then up to 100 more without it.
+    let total_s: u64 = runs
+        .iter()
+        .map(|(ms, n)| ms * u64::from(*n + (*n).min(100)))
+        .sum::<u64>()
+        / 1000
+        + 20;
+    let top_mib = 256;
+    let _w = workload(&[
+        "mem-mix",
+        "--procs",
+        &procs.to_string(),
+        "--top-mib",
+        &top_mib.to_string(),
+        "--seconds",
+        &total_s.to_string(),
+    ])?;
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let mut body = String::new();
+    writeln!(body, "## Memory sketch precision and cost
+")?;
+    writeln!(
+        body,
+        "Command: `cargo xtask bench precision --procs {procs}` (runs after the CPU tables)  "
+    )?;
+    writeln!(body, "Machine: {}  ", machine())?;
+    writeln!(
+        body,
+        "Workload: `ebee-load mem-mix`: {procs} processes holding Zipf-skewed anonymous memory          (process i about {top_mib} MiB / i), each moving at random between half and one and a          half of its share every 50-300 ms (touching pages in, or MADV_DONTNEED), so ranks cross          all the time. Precision@k per interval of the sketch's ranking (last-known RSS fed by          the sketch) against the same ranking fed by the exact per-process shadow, tie-aware;          by RES and by growth in the interval (k counted only when at least k processes grew).          Cost: the `rss_stat` program's run time per run from the kernel's BPF statistics          (run_time_ns / run_cnt), with the shadow and without it (the default). This machine          was also running other builds while measured.\n"
+    )?;
+    writeln!(
+        body,
+        "| interval | events/s | recorded/interval | changed/interval | evictions | ranking | k=1 | k=5 | k=10 | k=20 | k=30 |"
+    )?;
+    writeln!(body, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let mut last = Value::Null;
+    for (ms, n) in runs {
+        let v = ebee_bench(&[
+            "mem-precision",
+            "--interval-ms",
+            &ms.to_string(),
+            "--intervals",
+            &n.to_string(),
+        ])?;
+        for what in ["res", "growth"] {
+            writeln!(
+                body,
+                "| {ms} ms x {n} | {:.0} | {:.0} | {:.1} | {} | {} | {} |",
+                v["events_per_s"].as_f64().unwrap_or(0.0),
+                v["recorded_per_interval"].as_f64().unwrap_or(0.0),
+                v["changed_per_interval"].as_f64().unwrap_or(0.0),
+                v["evictions"],
+                if what == "res" { "RES" } else { "growth" },
+                precision_row(&v[what])
+            )?;
+        }
+        if ms == 50 {
+            last = v;
+        }
+    }
+    let v = &last;
+    writeln!(body)?;
+    writeln!(
+        body,
+        "Sketch: {} stages x {} slots of {} bytes per CPU and interval parity          ({} bytes per value).\n",
+        v["stages"],
+        v["slots"],
+        24,
+        v["sketch_value_bytes"]
+    )?;
+    writeln!(
+        body,
+        "| rss_stat cost (50 ms run) | ns per event |\n|---|---|\n| default (no shadow) | {:.1} |\n| with the exact shadow | {:.1} |\n",
+        v["ns_per_event"].as_f64().unwrap_or(f64::NAN),
+        v["ns_per_event_with_shadow"].as_f64().unwrap_or(f64::NAN)
+    )?;
+    writeln!(
+        body,
+        "Memory maps as the kernel charges them (`memlock`, {} possible CPUs; the shadow maps          exist at this size only with `--exact`, otherwise one entry each):\n",
+        v["ncpus"]
+    )?;
+    writeln!(body, "| map | type | value bytes | entries | memlock bytes |")?;
+    writeln!(body, "|---|---|---|---|---|")?;
+    for m in v["maps"].as_array().into_iter().flatten() {
+        writeln!(
+            body,
+            "| {} | {} | {} | {} | {} |",
+            m["name"].as_str().unwrap_or(""),
+            m["kind"].as_str().unwrap_or(""),
+            m["value_size"],
+            m["max_entries"],
+            m["memlock"]
+        )?;
+    }
+    writeln!(body)?;
+    print!("{body}");
+    write_section("mem-precision", &body)
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {
