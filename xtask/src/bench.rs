@@ -310,8 +310,7 @@ fn mem_precision(procs: u32) -> Result<()> {
     ])?;
     std::thread::sleep(std::time::Duration::from_secs(3));
     let mut body = String::new();
-    writeln!(body, "## Memory sketch precision and cost
-")?;
+    writeln!(body, "## Memory sketch precision and cost\n")?;
     writeln!(
         body,
         "Command: `cargo xtask bench precision --procs {procs}` (runs after the CPU tables)  "
@@ -319,7 +318,15 @@ fn mem_precision(procs: u32) -> Result<()> {
     writeln!(body, "Machine: {}  ", machine())?;
     writeln!(
         body,
-        "Workload: `ebee-load mem-mix`: {procs} processes holding Zipf-skewed anonymous memory          (process i about {top_mib} MiB / i), each moving at random between half and one and a          half of its share every 50-300 ms (touching pages in, or MADV_DONTNEED), so ranks cross          all the time. Precision@k per interval of the sketch's ranking (last-known RSS fed by          the sketch) against the same ranking fed by the exact per-process shadow, tie-aware;          by RES and by growth in the interval (k counted only when at least k processes grew).          Cost: the `rss_stat` program's run time per run from the kernel's BPF statistics          (run_time_ns / run_cnt), with the shadow and without it (the default). This machine          was also running other builds while measured.\n"
+        "Workload: `ebee-load mem-mix`: {procs} processes holding Zipf-skewed anonymous memory \
+         (process i about {top_mib} MiB / i), each moving at random between half and one and a \
+         half of its share every 50-300 ms (touching pages in, or MADV_DONTNEED), so ranks cross \
+         all the time. Precision@k per interval of the sketch's ranking (last-known RSS fed by \
+         the sketch) against the same ranking fed by the exact per-process shadow, tie-aware; \
+         by RES and by growth in the interval (k counted only when at least k processes grew). \
+         Cost: the `rss_stat` program's run time per run from the kernel's BPF statistics \
+         (run_time_ns / run_cnt), with the shadow and without it (the default). This machine \
+         was also running other builds while measured.\n"
     )?;
     writeln!(
         body,
@@ -355,11 +362,9 @@ fn mem_precision(procs: u32) -> Result<()> {
     writeln!(body)?;
     writeln!(
         body,
-        "Sketch: {} stages x {} slots of {} bytes per CPU and interval parity          ({} bytes per value).\n",
-        v["stages"],
-        v["slots"],
-        24,
-        v["sketch_value_bytes"]
+        "Sketch: {} stages x {} slots of {} bytes per CPU and interval parity \
+         ({} bytes per value).\n",
+        v["stages"], v["slots"], 24, v["sketch_value_bytes"]
     )?;
     writeln!(
         body,
@@ -369,10 +374,14 @@ fn mem_precision(procs: u32) -> Result<()> {
     )?;
     writeln!(
         body,
-        "Memory maps as the kernel charges them (`memlock`, {} possible CPUs; the shadow maps          exist at this size only with `--exact`, otherwise one entry each):\n",
+        "Memory maps as the kernel charges them (`memlock`, {} possible CPUs; the shadow maps \
+         exist at this size only with `--exact`, otherwise one entry each):\n",
         v["ncpus"]
     )?;
-    writeln!(body, "| map | type | value bytes | entries | memlock bytes |")?;
+    writeln!(
+        body,
+        "| map | type | value bytes | entries | memlock bytes |"
+    )?;
     writeln!(body, "|---|---|---|---|---|")?;
     for m in v["maps"].as_array().into_iter().flatten() {
         writeln!(
@@ -386,8 +395,35 @@ fn mem_precision(procs: u32) -> Result<()> {
         )?;
     }
     writeln!(body)?;
+    drop(_w);
+
+    // Wall clock: a page-fault loop with no monitor and with ebee-top loaded, interleaved.
+    let runs = 7;
+    let tmp = std::env::temp_dir().join("ebee-bench-faults.jsonl");
+    let (mut bare, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        bare.push(faults()?);
+        let m = monitor(&["--no-bpf-stats"], &tmp)?;
+        with.push(faults()?);
+        drop(m);
+    }
+    let _ = std::fs::remove_file(&tmp);
+    let (b, w) = (median(bare), median(with));
+    writeln!(
+        body,
+        "Page-fault loop (`ebee-load faults --mib 64 --rounds 20`: map 64 MiB, touch every page,          unmap; one rss_stat event per page faulted in, a few per unmap), median of {runs} runs          interleaved, on a quiet workload: {b:.0} ns per page with no monitor, {w:.0} ns with          `ebee-top -b --no-bpf-stats` loaded: {:+.0} ns per page ({:+.1}%), the whole added cost          of an event including the tracepoint's dispatch to the program.\n",
+        w - b,
+        (w - b) / b * 100.0
+    )?;
     print!("{body}");
     write_section("mem-precision", &body)
+}
+
+fn faults() -> Result<f64> {
+    let s =
+        output(Command::new(bin("ebee-load")).args(["faults", "--mib", "64", "--rounds", "20"]))
+            .context("ebee-load faults failed")?;
+    s.parse().context("parsing faults output")
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {

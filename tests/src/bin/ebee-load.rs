@@ -81,6 +81,15 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         mib: u64,
     },
+    /// Page-fault loop: map `mib` MiB, touch every page, unmap; `rounds` times. Prints the mean
+    /// ns per page (each page is one rss_stat event when faulted in, and fewer when unmapped,
+    /// which is batched).
+    Faults {
+        #[arg(long, default_value_t = 64)]
+        mib: u64,
+        #[arg(long, default_value_t = 20)]
+        rounds: u32,
+    },
     /// Start `procs` processes holding Zipf-skewed memory (process i about `top_mib / i^skew`
     /// MiB) that each moves at random between half and one and a half of its share every
     /// 50-300 ms, for `seconds`.
@@ -548,6 +557,17 @@ fn main() {
         Cmd::Pingpong { round_trips, cpu } => pingpong(round_trips, cpu),
         Cmd::Idle { procs } => idle(procs),
         Cmd::Hold { mib } => hold(mib),
+        Cmd::Faults { mib, rounds } => {
+            let len = mib as usize * MIB;
+            let t = Instant::now();
+            for _ in 0..rounds {
+                if let Some(r) = Region::map(len) {
+                    r.touch(0, len);
+                }
+            }
+            let pages = (len / 4096) as f64 * f64::from(rounds);
+            println!("{:.1}", t.elapsed().as_nanos() as f64 / pages.max(1.0));
+        }
         Cmd::MemMix {
             procs,
             top_mib,
