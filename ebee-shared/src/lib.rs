@@ -33,6 +33,7 @@ mod pod {
         crate::mem::MemCpu,
         crate::mem::MemShadow,
         crate::mem::MemOffsets,
+        crate::mem::MemTrace,
         crate::qos::PinTable,
         crate::qos::ThreadSlot,
         crate::qos::SysStat,
@@ -69,6 +70,7 @@ pub mod map_names {
     pub const MEM_SKETCH: &str = "MEM_SKETCH";
     pub const MEM_SHADOW0: &str = "MEM_SHADOW0";
     pub const MEM_SHADOW1: &str = "MEM_SHADOW1";
+    pub const MEM_TRACE: &str = "MEM_TRACE";
 }
 
 /// Indices of the per-CPU `DROPS` counters.

@@ -169,6 +169,23 @@ pub struct MemShadow {
     pub ts: u64,
 }
 
+/// One sketch update as the kernel applied it (trace ring buffer, tests and benchmarks only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemTrace {
+    /// Epoch word the update was applied under (its parity picks the sketch).
+    pub epoch: u64,
+    /// CPU whose sketch took the update.
+    pub cpu: u32,
+    /// Reserved, 0.
+    pub flags: u32,
+    /// The reading inserted.
+    pub slot: MemSlot,
+}
+
+/// Bytes of the memory update trace ring buffer (tests and benchmarks only).
+pub const MEM_TRACE_BYTES: u32 = 1 << 22;
+
 /// Kernel struct offsets and enum values for the `rss_stat` program, from the kernel's BTF.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -207,6 +224,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<MemCpu>(), 48);
         assert_eq!(core::mem::size_of::<MemShadow>(), 16);
         assert_eq!(core::mem::size_of::<MemOffsets>(), 40);
+        assert_eq!(core::mem::size_of::<MemTrace>(), 40);
         assert_eq!(
             core::mem::size_of::<MemSketch>(),
             24 * MEM_SLOTS * MEM_STAGES + 40

@@ -158,6 +158,10 @@ pub static MEM_SHADOW0: PerCpuHashMap<u32, ebee_shared::mem::MemShadow> =
 pub static MEM_SHADOW1: PerCpuHashMap<u32, ebee_shared::mem::MemShadow> =
     PerCpuHashMap::with_max_entries(ebee_shared::mem::MEM_SHADOW_ENTRIES, 0);
 
+/// Every memory sketch update, in order per CPU (tests and benchmarks; shrunk when not wanted).
+#[map]
+pub static MEM_TRACE: RingBuf = RingBuf::with_byte_size(ebee_shared::mem::MEM_TRACE_BYTES, 0);
+
 /// `mm_struct`/`task_struct` offsets for `rss_stat` (set by the loader from BTF).
 #[unsafe(no_mangle)]
 pub static MEM_OFFSETS: ebee_shared::mem::MemOffsets = ebee_shared::mem::MemOffsets {

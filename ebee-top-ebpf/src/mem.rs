@@ -9,19 +9,19 @@
 //! still uses that mm, and otherwise counted as unattributed.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task_btf, bpf_get_smp_processor_id},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
 use ebee_shared::{
     ctl,
-    mem::{MemCpu, MemOffsets, MemShadow, MemSlot},
+    mem::{MemCpu, MemOffsets, MemShadow, MemSlot, MemTrace},
 };
 
 use crate::atomic_fetch_add;
 use crate::maps::{
-    CTL, MEM_CPU, MEM_OFFSETS, MEM_SHADOW0, MEM_SHADOW1, MEM_SKETCH, SHADOW_ON, TASK_TGID_OFF,
-    global,
+    CTL, MEM_CPU, MEM_OFFSETS, MEM_SHADOW0, MEM_SHADOW1, MEM_SKETCH, MEM_TRACE, SHADOW_ON,
+    TASK_TGID_OFF, TRACE_ON, count_drop, global,
 };
 
 #[btf_tracepoint(function = "rss_stat")]
@@ -143,7 +143,20 @@ unsafe fn record(ctx: &BtfTracePointContext, o: &MemOffsets, st: &mut MemCpu) ->
         pages as u32
     };
     let ts = crate::now_ns();
-    sk.add(MemSlot::reading(tgid, pages, ts));
+    let slot = MemSlot::reading(tgid, pages, ts);
+    sk.add(slot);
+    if global(&TRACE_ON) != 0 {
+        let rec = MemTrace {
+            epoch,
+            // SAFETY: a plain helper call.
+            cpu: unsafe { bpf_get_smp_processor_id() },
+            flags: 0,
+            slot,
+        };
+        if MEM_TRACE.output::<MemTrace>(&rec, 0).is_err() {
+            count_drop(ebee_shared::drops::TRACE_LOST);
+        }
+    }
 
     if global(&SHADOW_ON) != 0 {
         let shadow = if parity & 1 == 0 {

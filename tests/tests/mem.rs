@@ -320,3 +320,46 @@ fn memory_faulted_in_by_another_process_is_charged_to_the_owner() {
         "the writer was charged: {my_rss} -> {mine_now}"
     );
 }
+
+#[test]
+fn userspace_replay_of_the_trace_gives_the_kernels_sketches() {
+    use ebee_shared::hashpipe;
+    use ebee_shared::mem::{MEM_SLOTS, MEM_STAGES, MemSlot};
+    use ebee_top::probes::Probes;
+    if !privileged("userspace_replay_of_the_trace_gives_the_kernels_sketches") {
+        return;
+    }
+    let mut h = Holder::start(0);
+    let mut p = Probes::load(
+        ProbeConfig {
+            trace: true,
+            ..Default::default()
+        },
+        TICK,
+    )
+    .expect("loading the eBPF programs");
+    p.drain().unwrap();
+    let mut updates = 0;
+    for i in 0..6 {
+        if i % 2 == 0 {
+            h.cmd("grow 8");
+        } else {
+            std::thread::sleep(TICK);
+        }
+        let raw = p.drain().unwrap();
+        let mem = raw.mem.expect("memory pipeline attached");
+        let trace = mem.trace.expect("trace loaded");
+        let sketches = mem.sketches.expect("sketches kept with the trace");
+        let mut replay = vec![[[MemSlot::default(); MEM_SLOTS]; MEM_STAGES]; sketches.len()];
+        for r in &trace {
+            let _ = hashpipe::update(&mut replay[r.cpu as usize], r.slot);
+        }
+        for (cpu, (k, u)) in sketches.iter().zip(&replay).enumerate() {
+            assert!(k.stages == *u, "interval {i}, CPU {cpu}: replay differs from the kernel");
+        }
+        assert_eq!(trace.len() as u64, mem.updates, "every update traced");
+        updates += mem.updates;
+    }
+    assert!(updates > 0, "no memory updates seen");
+    assert_eq!(p.drain().unwrap().trace_lost, 0);
+}

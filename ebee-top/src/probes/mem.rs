@@ -7,8 +7,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use aya::maps::{MapData, PerCpuArray, PerCpuHashMap};
-use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot};
+use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use ebee_shared::ctl;
+use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot, MemTrace};
 
 use super::btf::Btf;
 
@@ -73,6 +74,10 @@ pub struct MemRaw {
     pub shadow_full: u64,
     /// CPUs still inside `rss_stat` for the closed interval when the wait timed out.
     pub handshake_timeouts: u64,
+    /// Every sketch update of the interval, per CPU in order, when loaded with the trace.
+    pub trace: Option<Vec<MemTrace>>,
+    /// The raw per-CPU sketches, when loaded with the trace (to check replays against).
+    pub sketches: Option<Vec<MemSketch>>,
 }
 
 /// Merge slots (any stages, any CPUs) into one reading per process: the newest reading wins,
@@ -115,9 +120,13 @@ pub(super) struct MemDrain {
     cpu: PerCpuArray<MapData, MemCpu>,
     sketch: PerCpuArray<MapData, MemSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
+    trace: Option<RingBuf<MapData>>,
+    pending_trace: Vec<MemTrace>,
     ncpus: usize,
     /// Cumulative (events, repeats) at the last drain.
     totals: (u64, u64),
+    /// Epoch word of the interval being written.
+    epoch: u64,
 }
 
 impl MemDrain {
@@ -125,19 +134,26 @@ impl MemDrain {
         cpu: PerCpuArray<MapData, MemCpu>,
         sketch: PerCpuArray<MapData, MemSketch>,
         shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
+        trace: Option<RingBuf<MapData>>,
         ncpus: usize,
+        epoch: u64,
     ) -> Self {
         Self {
             cpu,
             sketch,
             shadow,
+            trace,
+            pending_trace: Vec::new(),
             ncpus,
             totals: (0, 0),
+            epoch,
         }
     }
 
-    /// The flip has just closed the interval written under `old_parity`: collect it.
-    pub(super) fn drain(&mut self, old_parity: u32) -> Result<MemRaw, aya::maps::MapError> {
+    /// The flip to `new_epoch` has just closed the interval being written: collect it.
+    pub(super) fn drain(&mut self, new_epoch: u64) -> Result<MemRaw, aya::maps::MapError> {
+        let old_epoch = std::mem::replace(&mut self.epoch, new_epoch);
+        let old_parity = ctl::parity(old_epoch);
         let mut raw = MemRaw::default();
         let states = self.cpu.get(&0, 0)?;
         let first: Vec<u64> = states.iter().map(|c| c.seq).collect();
@@ -198,6 +214,26 @@ impl MemDrain {
             }
             out.sort_unstable_by_key(|r| r.tgid);
             raw.exact = Some(out);
+        }
+
+        // The update trace: records of the closed epoch; later ones wait for their drain.
+        if let Some(ring) = self.trace.as_mut() {
+            while let Some(item) = ring.next() {
+                if item.len() >= std::mem::size_of::<MemTrace>() {
+                    // SAFETY: the kernel wrote a whole `MemTrace` (plain old data) and the
+                    // length was checked; read_unaligned does not assume alignment.
+                    let rec: MemTrace =
+                        unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<MemTrace>()) };
+                    self.pending_trace.push(rec);
+                }
+            }
+            let (mine, later): (Vec<_>, Vec<_>) = self
+                .pending_trace
+                .drain(..)
+                .partition(|r| r.epoch == old_epoch);
+            self.pending_trace = later;
+            raw.trace = Some(mine);
+            raw.sketches = Some(sketches);
         }
         Ok(raw)
     }

@@ -173,6 +173,7 @@ impl Probes {
         }
         if !cfg.trace {
             loader.map_max_entries(map_names::CPU_TRACE, page_size());
+            loader.map_max_entries(map_names::MEM_TRACE, page_size());
         }
         let mut ebpf = loader
             .load(OBJECT)
@@ -220,12 +221,20 @@ impl Probes {
             } else {
                 None
             };
-            Some(mem::MemDrain::new(
+            let trace = if cfg.trace {
+                Some(
+                    RingBuf::try_from(take(map_names::MEM_TRACE)?)
+                        .map_err(classify("mem trace"))?,
+                )
+            } else {
+                None
+            };
+            Some((
                 PerCpuArray::try_from(take(map_names::MEM_CPU)?).map_err(classify("mem cpu"))?,
                 PerCpuArray::try_from(take(map_names::MEM_SKETCH)?)
                     .map_err(classify("mem sketch"))?,
                 shadow,
-                ncpus,
+                trace,
             ))
         } else {
             None
@@ -248,6 +257,8 @@ impl Probes {
         write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
         let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
         let mut cpu = cpu::CpuDrain::new(state, sketch, shadow, trace, ncpus, epoch, bins);
+        let mem_drain =
+            mem_drain.map(|(c, s, sh, t)| mem::MemDrain::new(c, s, sh, t, ncpus, epoch));
         cpu.prime().map_err(classify("priming CPU state"))?;
 
         for (name, tp) in [
@@ -317,10 +328,7 @@ impl Probes {
             .drain(epoch)
             .map_err(classify("draining CPU maps"))?;
         if let Some(m) = self.mem.as_mut() {
-            raw.mem = Some(
-                m.drain(ebee_shared::ctl::parity(epoch) ^ 1)
-                    .map_err(classify("draining memory maps"))?,
-            );
+            raw.mem = Some(m.drain(epoch).map_err(classify("draining memory maps"))?);
         }
         raw.lifecycle = self.lifecycle.read();
         // Pinned processes that ended: reported once more with their last numbers, then
