@@ -355,7 +355,10 @@ fn userspace_replay_of_the_trace_gives_the_kernels_sketches() {
             let _ = hashpipe::update(&mut replay[r.cpu as usize], r.slot);
         }
         for (cpu, (k, u)) in sketches.iter().zip(&replay).enumerate() {
-            assert!(k.stages == *u, "interval {i}, CPU {cpu}: replay differs from the kernel");
+            assert!(
+                k.stages == *u,
+                "interval {i}, CPU {cpu}: replay differs from the kernel"
+            );
         }
         assert_eq!(trace.len() as u64, mem.updates, "every update traced");
         updates += mem.updates;

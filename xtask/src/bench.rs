@@ -362,6 +362,52 @@ fn mem_precision(procs: u32) -> Result<()> {
     writeln!(body)?;
     writeln!(
         body,
+        "Sketch shapes, 50 ms run: the kernel's own update trace of the same intervals replayed \
+         through the same `hashpipe::update` in userspace (the default shape's replay matched \
+         the kernel's readings in {} of {} intervals).\n",
+        v["intervals"].as_u64().unwrap_or(0) - v["replay_mismatches"].as_u64().unwrap_or(0),
+        v["intervals"]
+    )?;
+    writeln!(
+        body,
+        "| sketch | stages x slots | bytes ({} CPUs, 2 intervals) | ranking | k=1 | k=5 | k=10 | k=20 | k=30 |",
+        v["ncpus"]
+    )?;
+    writeln!(body, "|---|---|---|---|---|---|---|---|---|")?;
+    for what in ["res", "growth"] {
+        writeln!(
+            body,
+            "| **kernel (default)** | {} x {} | {} | {} | {} |",
+            v["stages"],
+            v["slots"],
+            v["sketch_bytes"],
+            if what == "res" { "RES" } else { "growth" },
+            precision_row(&v[what])
+        )?;
+    }
+    for sh in v["sweep"].as_array().into_iter().flatten() {
+        for what in ["res", "growth"] {
+            writeln!(
+                body,
+                "| replay | {} x {} | {} | {} | {} |",
+                sh["stages"],
+                sh["slots"],
+                sh["sketch_bytes"],
+                if what == "res" { "RES" } else { "growth" },
+                precision_row(&sh[what])
+            )?;
+        }
+    }
+    writeln!(body)?;
+    if v["trace_lost"].as_u64().unwrap_or(0) > 0 {
+        writeln!(
+            body,
+            "Warning: {} trace records were lost; the sweep rows undercount.\n",
+            v["trace_lost"]
+        )?;
+    }
+    writeln!(
+        body,
         "Sketch: {} stages x {} slots of {} bytes per CPU and interval parity \
          ({} bytes per value).\n",
         v["stages"], v["slots"], 24, v["sketch_value_bytes"]
