@@ -421,7 +421,8 @@ fn mem_precision(procs: u32) -> Result<()> {
     writeln!(
         body,
         "Memory maps as the kernel charges them (`memlock`, {} possible CPUs; the shadow maps \
-         exist at this size only with `--exact`, otherwise one entry each):\n",
+         exist at this size only with `--exact`, otherwise one entry each, and the trace only \
+         in tests and benchmarks, otherwise one page):\n",
         v["ncpus"]
     )?;
     writeln!(
@@ -441,6 +442,30 @@ fn mem_precision(procs: u32) -> Result<()> {
         )?;
     }
     writeln!(body)?;
+    // What the memory pipeline costs in the default configuration, as `--print-maps` sums it.
+    let as_root = |args: &[&str]| {
+        let mut c = if util::is_root() {
+            Command::new(bin("ebee-top"))
+        } else {
+            let mut c = Command::new("sudo");
+            c.arg(bin("ebee-top"));
+            c
+        };
+        c.args(args);
+        output(&mut c)
+    };
+    if let Some(line) = as_root(&["--print-maps"]).and_then(|t| {
+        t.lines()
+            .find(|l| l.starts_with("of it MEM_*"))
+            .map(str::to_owned)
+    }) {
+        let bytes = line.trim_start_matches("of it MEM_*").trim();
+        writeln!(
+            body,
+            "Default configuration (`ebee-top --print-maps`, no `--exact`): the memory \
+             pipeline's maps take {bytes} bytes in all (eHashPipe's memory sketch: 1.2 MB).\n"
+        )?;
+    }
     drop(_w);
 
     // Wall clock: a page-fault loop with no monitor and with ebee-top loaded, interleaved.
@@ -457,7 +482,11 @@ fn mem_precision(procs: u32) -> Result<()> {
     let (b, w) = (median(bare), median(with));
     writeln!(
         body,
-        "Page-fault loop (`ebee-load faults --mib 64 --rounds 20`: map 64 MiB, touch every page,          unmap; one rss_stat event per page faulted in, a few per unmap), median of {runs} runs          interleaved, on a quiet workload: {b:.0} ns per page with no monitor, {w:.0} ns with          `ebee-top -b --no-bpf-stats` loaded: {:+.0} ns per page ({:+.1}%), the whole added cost          of an event including the tracepoint's dispatch to the program.\n",
+        "Page-fault loop (`ebee-load faults --mib 64 --rounds 20`: map 64 MiB, touch every page, \
+         unmap; one rss_stat event per page faulted in, a few per unmap), median of {runs} runs \
+         interleaved, on a quiet workload: {b:.0} ns per page with no monitor, {w:.0} ns with \
+         `ebee-top -b --no-bpf-stats` loaded: {:+.0} ns per page ({:+.1}%), the whole added cost \
+         of an event including the tracepoint's dispatch to the program.\n",
         w - b,
         (w - b) / b * 100.0
     )?;
