@@ -276,10 +276,8 @@ mod tests {
         let mut s = [[MemSlot::default(); 1]; 3];
         let _ = hashpipe::update(&mut s, MemSlot::reading(1, 1000, 1));
         let _ = hashpipe::update(&mut s, MemSlot::reading(1, 1, 2));
-        let mut ts = 3;
         for k in 2..50u32 {
-            let _ = hashpipe::update(&mut s, MemSlot::reading(k, 5, ts));
-            ts += 1;
+            let _ = hashpipe::update(&mut s, MemSlot::reading(k, 5, u64::from(k) + 1));
         }
         let e = est(&s, 1).expect("big process evicted by small ones");
         assert_eq!((e.pages, e.peak), (1, 1000));

@@ -504,8 +504,11 @@ macro_rules! mem_shapes {
     }};
 }
 
+/// (pid, bytes), largest first.
+type Ranking = Vec<(u32, u64)>;
+
 /// Top 30 by RES and the processes that grew, largest first, of one table.
-fn ranked(t: &MemTable, ch: &[MemChange]) -> (Vec<(u32, u64)>, Vec<(u32, u64)>) {
+fn ranked(t: &MemTable, ch: &[MemChange]) -> (Ranking, Ranking) {
     let mut g: Vec<(u32, u64)> = ch
         .iter()
         .filter(|c| c.delta_bytes > 0 && t.get(c.pid).is_some())
