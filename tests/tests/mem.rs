@@ -366,3 +366,54 @@ fn userspace_replay_of_the_trace_gives_the_kernels_sketches() {
     assert!(updates > 0, "no memory updates seen");
     assert_eq!(p.drain().unwrap().trace_lost, 0);
 }
+
+#[test]
+fn sketch_equals_exact_shadow_when_nothing_is_evicted() {
+    use ebee_top::probes::Probes;
+    if !privileged("sketch_equals_exact_shadow_when_nothing_is_evicted") {
+        return;
+    }
+    let _mix = ebee_tests::load(&[
+        "mem-mix",
+        "--procs",
+        "60",
+        "--top-mib",
+        "64",
+        "--seconds",
+        "8",
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut p = Probes::load(
+        ProbeConfig {
+            shadow: true,
+            ..Default::default()
+        },
+        TICK,
+    )
+    .expect("loading the eBPF programs");
+    p.drain().unwrap();
+    let (mut compared, mut readings) = (0, 0);
+    for _ in 0..30 {
+        std::thread::sleep(TICK);
+        let mem = p.drain().unwrap().mem.expect("memory pipeline attached");
+        assert_eq!(mem.shadow_full, 0);
+        if mem.evictions > 0 {
+            continue;
+        }
+        let key = |v: &[ebee_top::probes::mem::MemReading]| -> Vec<(u32, u64, u64)> {
+            v.iter().map(|r| (r.tgid, r.pages, r.ts)).collect()
+        };
+        assert_eq!(
+            key(&mem.readings),
+            key(mem.exact.as_deref().unwrap()),
+            "sketch and shadow disagree in an interval without evictions"
+        );
+        compared += 1;
+        readings += mem.readings.len();
+    }
+    assert!(
+        compared >= 20,
+        "only {compared} intervals without evictions"
+    );
+    assert!(readings > 100, "only {readings} readings compared");
+}

@@ -179,6 +179,22 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_recorded_before_memory_existed_still_reads() {
+        // The JSON of a Batch from a recording made before the memory pipeline: no `mem`,
+        // `mem_exact` or `mem_stats`.
+        let old = r#"{"seq":3,"t_ms":1,"start_ns":0,"end_ns":50000000,"bin_width_ns":10000000,
+            "ncpus":2,"switches":5,"cpu":[],"cpu_exact":null,"procs":[],"exits":[],
+            "pinned":[],"dropped":{"sketch_evicted_ns":0,"sketch_evictions":0,
+            "lifecycle_lost":0,"handshake_timeouts":0,"shadow_full":0},
+            "cost":{"cpu_ns":0,"bpf_ns":null,"bpf_runs":null}}"#;
+        let b: Batch = serde_json::from_str(old).unwrap();
+        assert!(b.mem.is_empty() && b.mem_exact.is_none() && !b.mem_stats.available);
+        let mut m = MemModel::default();
+        m.ingest(&b);
+        assert!(!m.available && m.sketch.is_empty());
+    }
+
+    #[test]
     fn shrinking_and_exits() {
         let mut m = MemModel::default();
         m.ingest(&batch(1, &[(1, 1000, 0), (2, 10, 0)]));
