@@ -144,6 +144,8 @@ pub enum Table {
     Cpu,
     /// One row per process that ended.
     Exits,
+    /// One row per process shown per interval (the top K by resident memory).
+    Mem,
 }
 
 #[derive(Debug, Args)]

@@ -88,6 +88,7 @@ fn csv_header(out: &mut impl Write, t: Table) -> std::io::Result<()> {
         }
         Table::Cpu => "t_ms,seq,rank,pid,comm,cmdline,uid,kthread,cpu_ns,cpu_pct,exited",
         Table::Exits => "t_ms,seq,pid,comm,ts_ns",
+        Table::Mem => "t_ms,seq,rank,pid,comm,rss_bytes,rss_delta_bytes,growth_bytes_per_s",
     };
     writeln!(out, "{h}")
 }
@@ -133,6 +134,24 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
                     r.cpu_ns,
                     r.cpu_pct,
                     r.exited
+                )?;
+            }
+            Ok(())
+        }
+        Table::Mem => {
+            for (rank, e) in m.mem.sketch.top_rss(k).iter().enumerate() {
+                let comm = m.proc_info(e.pid).map_or("", |p| p.comm.as_str());
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{:.0}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    e.pid,
+                    csv_field(comm),
+                    e.rss_bytes,
+                    e.rss_delta_bytes,
+                    e.growth_per_s
                 )?;
             }
             Ok(())

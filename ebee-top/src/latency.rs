@@ -1,7 +1,7 @@
 //! How late the numbers are: for every live interval, the time from its end in the kernel (the
 //! flip that closed it, `CLOCK_MONOTONIC`) to the Batch reaching the consumer ("drain") and to
 //! its frame or line being written out ("shown"). Kept in histograms and written as one JSON
-//! object on exit with `--latency-report FILE`, which is what `cargo xtask bench latency` reads.
+//! object on exit with `--latency-report FILE`, which is what `cargo xtask bench scale` reads.
 
 use std::io::Write as _;
 use std::path::Path;

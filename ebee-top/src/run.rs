@@ -60,6 +60,13 @@ fn print_maps(cli: &Cli) -> anyhow::Result<()> {
         )?;
     }
     writeln!(out, "{:<14} {:>54}", "total", total)?;
+    // The memory pipeline's own share (its maps are the ones named MEM_*).
+    let mem: u64 = maps
+        .iter()
+        .filter(|m| m.name.starts_with("MEM_"))
+        .map(|m| m.memlock)
+        .sum();
+    writeln!(out, "{:<14} {:>54}", "of it MEM_*", mem)?;
     writeln!(
         out,
         "({} possible CPUs; per-CPU maps are charged once per CPU)",

@@ -73,8 +73,9 @@ fn text_batch_mode_prints_a_table() {
     }
     let (code, out, err) = ebee_top(&["-b", "-n", "2", "-d", "0.1"]);
     assert_eq!(code, 0, "stderr: {err}");
-    assert_eq!(out.matches("PID").count(), 2);
-    assert!(out.contains("%CPU"));
+    assert_eq!(out.matches("%CPU").count(), 2);
+    // And the resident-memory block of each interval.
+    assert_eq!(out.matches("RES(MiB)").count(), 2);
 }
 
 #[test]
