@@ -59,12 +59,19 @@ pub fn range<R: std::io::Read + std::io::Seek>(
     start..end.max(start)
 }
 
-/// One CSV field, quoted when it needs to be (RFC 4180).
+/// One CSV field, quoted when it needs to be (RFC 4180). Process names and command lines are
+/// chosen by whoever runs the process, so a field a spreadsheet would take for a formula
+/// (starting with `=`, `+`, `-`, `@`, tab or CR) gets a leading `'` and is read as text.
 fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        std::borrow::Cow::Owned(format!("'{s}"))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    };
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
-        s.to_owned()
+        s.into_owned()
     }
 }
 
@@ -224,5 +231,14 @@ mod tests {
         assert_eq!(csv_field("plain"), "plain");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\"\n"), "\"say \"\"hi\"\"\n\"");
+    }
+
+    #[test]
+    fn csv_fields_never_start_a_formula() {
+        assert_eq!(csv_field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        assert_eq!(csv_field("+1"), "'+1");
+        assert_eq!(csv_field("-c"), "'-c");
+        assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_field("bash -c x"), "bash -c x");
     }
 }

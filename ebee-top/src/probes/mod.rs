@@ -476,16 +476,20 @@ pub struct ProgStats {
 impl Probes {
     /// Every map our programs use, with the kernel's own memory accounting.
     pub fn map_report(&self) -> Result<Vec<MapMem>, ProbeError> {
+        // Every map of the object is created at load, whether or not a program using it is
+        // loaded yet (the syscall programs load only when something is pinned), so walk our
+        // own map file descriptors rather than the loaded programs' map ids.
         let mut ids = std::collections::BTreeSet::new();
-        for (_, prog) in self._ebpf.programs() {
-            // Programs loaded only on demand (the syscall floor, an absent pipeline) hold no
-            // maps yet.
-            if prog.fd().is_err() {
-                continue;
-            }
-            let info = prog.info().map_err(classify("program info"))?;
-            if let Some(m) = info.map_ids().map_err(classify("program map ids"))? {
-                ids.extend(m);
+        let fds = std::fs::read_dir("/proc/self/fd")
+            .map_err(|e| ProbeError::Other(format!("listing /proc/self/fd: {e}")))?;
+        for fd in fds.flatten() {
+            let is_map =
+                std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf-map");
+            let fd: Option<i32> = fd.file_name().to_str().and_then(|n| n.parse().ok());
+            if let (true, Some(fd)) = (is_map, fd) {
+                if let Some(id) = fdinfo_field(fd, "map_id") {
+                    ids.insert(id as u32);
+                }
             }
         }
         let mut out = Vec::new();
