@@ -86,7 +86,14 @@ fn print_maps_lists_every_map_with_its_memory() {
     let (code, out, err) = ebee_top(&["--print-maps"]);
     assert_eq!(code, 0, "stderr: {err}");
     // Maps of programs that load only when something is pinned are charged too.
-    for name in ["CPU_SKETCH", "CTL", "LIFECYCLE", "QOS_HIST", "QOS_CONNS"] {
+    for name in [
+        "CPU_SKETCH",
+        "CTL",
+        "LIFECYCLE",
+        "QOS_HIST",
+        "QOS_CONNS",
+        "MEM_SKETCH",
+    ] {
         let line = out
             .lines()
             .find(|l| l.split_whitespace().next() == Some(name))
