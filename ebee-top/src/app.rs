@@ -6,7 +6,9 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::batch::Batch;
+use crate::host::{Details, HostInfo};
 use crate::model::Model;
+use crate::model::procs::{ProcEntry, ProcKey};
 
 /// Everything that can happen to the App.
 #[derive(Debug)]
@@ -21,6 +23,12 @@ pub enum Msg {
     Replay(Box<crate::replay::ReplayUpdate>),
     /// From the recorder thread: where the recording stands.
     Recording(crate::record::RecStatus),
+    /// The machine's totals (live only, once a second).
+    Host(Box<HostInfo>),
+    /// A process's details, read from /proc when the popup opened.
+    Details(Box<Details>),
+    /// Something to tell the user in the status line (a pin the kernel refused...).
+    Notice(String),
 }
 
 /// What the UI loop must do after an update.
@@ -29,19 +37,73 @@ pub enum Effect {
     None,
     Redraw,
     SetInterval(Duration),
+    /// Make the source follow exactly these processes (QoS hooks attach on the first).
+    SetPins(Vec<u32>),
+    /// Read this process's details from /proc and send them back as `Msg::Details`.
+    Details(ProcKey),
     /// Pass a command to the replay thread.
     Replay(crate::replay::ReplayCmd),
     Quit,
 }
 
+/// How the process table is ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortBy {
+    Cpu,
+    Mem,
+}
+
+/// The pane that takes Up/Down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Focus {
+    Table,
+    Qos,
+}
+
+/// What is drawn over the panes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Overlay {
+    Help,
+    /// The details popup; None while /proc is being read.
+    Details(ProcKey, Option<Box<Details>>),
+}
+
+/// How the screen is drawn (from --color, NO_COLOR and --ascii).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ViewOpts {
+    pub colors: crate::view::theme::Colors,
+    /// Only ASCII: sparklines, borders and marks.
+    pub ascii: bool,
+}
+
+/// The most processes the kernel follows for QoS.
+pub const MAX_PINS: usize = 8;
+
 pub struct App {
     pub model: Model,
     pub k: usize,
+    /// Row of the selection in the table as drawn, and the process on it (the selection
+    /// follows the process when the ranking changes).
     pub selected: usize,
+    pub selected_key: Option<ProcKey>,
     pub paused: bool,
     pub interval: Duration,
-    /// Rows shown while paused (collection goes on underneath).
-    pub frozen: Option<Vec<crate::model::CpuEntry>>,
+    /// The Model as it was when the screen was paused (collection goes on underneath).
+    pub frozen: Option<Box<Model>>,
+    pub sort: SortBy,
+    pub filter: String,
+    /// The filter line is being typed.
+    pub filter_editing: bool,
+    pub focus: Focus,
+    /// Index among the QoS processes, when the QoS pane has the focus.
+    pub qos_selected: usize,
+    pub overlay: Option<Overlay>,
+    /// One line for the user (cleared by the next key).
+    pub status: Option<String>,
+    pub host: Option<HostInfo>,
+    /// User names by uid (read once at start, so drawing never reads /etc/passwd).
+    pub users: std::collections::HashMap<u32, String>,
+    pub opts: ViewOpts,
     pub error: Option<String>,
     /// Set when replaying a recording (replay.rs).
     pub replay: Option<crate::replay::ReplayControl>,
@@ -52,27 +114,89 @@ pub struct App {
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
 const MAX_INTERVAL: Duration = Duration::from_secs(10);
 
+/// What `M` says until the memory pipeline feeds the Model.
+pub const NO_MEMORY: &str = "memory pipeline not loaded: sorting by CPU";
+
 impl App {
     pub fn new(k: usize, interval: Duration) -> Self {
         Self {
             model: Model::new(),
             k,
             selected: 0,
+            selected_key: None,
             paused: false,
             interval,
             frozen: None,
+            sort: SortBy::Cpu,
+            filter: String::new(),
+            filter_editing: false,
+            focus: Focus::Table,
+            qos_selected: 0,
+            overlay: None,
+            status: None,
+            host: None,
+            users: Default::default(),
+            opts: ViewOpts::default(),
             error: None,
             replay: None,
             recording: None,
         }
     }
 
-    /// The rows to draw: live, or the snapshot taken when the screen was paused.
+    /// The Model the screen shows: live, or as it was when paused.
+    pub fn shown(&self) -> &Model {
+        self.frozen.as_deref().unwrap_or(&self.model)
+    }
+
+    /// The table rows to draw, in order.
+    pub fn table_rows(&self) -> Vec<&ProcEntry> {
+        self.shown().table.ranked(self.k, &self.filter)
+    }
+
+    /// The rows of the plain CPU ranking (batch output's view), for compatibility.
     pub fn rows(&self) -> Vec<crate::model::CpuEntry> {
-        match &self.frozen {
-            Some(r) => r.clone(),
-            None => self.model.top_cpu(self.k),
+        self.shown().top_cpu(self.k)
+    }
+
+    /// The process under the selection.
+    pub fn selected_entry(&self) -> Option<&ProcEntry> {
+        self.table_rows().get(self.selected).copied()
+    }
+
+    /// The process the QoS pane shows: with the focus on it, the one chosen there; else the
+    /// selected process if it has QoS data, else the first pinned one.
+    pub fn qos_pid(&self) -> Option<u32> {
+        let procs = self.shown().qos.procs();
+        if procs.is_empty() {
+            return None;
         }
+        if self.focus == Focus::Qos {
+            return procs.get(self.qos_selected.min(procs.len() - 1)).copied();
+        }
+        match self.selected_entry() {
+            Some(e) if procs.contains(&e.key.pid) => Some(e.key.pid),
+            _ => procs.first().copied(),
+        }
+    }
+
+    /// Keep the selection on the same process after the rows changed.
+    fn follow_selection(&mut self) {
+        let rows: Vec<ProcKey> = self.table_rows().iter().map(|e| e.key).collect();
+        if let Some(i) = self
+            .selected_key
+            .and_then(|k| rows.iter().position(|r| *r == k))
+        {
+            self.selected = i;
+        } else {
+            self.selected = self.selected.min(rows.len().saturating_sub(1));
+            self.selected_key = rows.get(self.selected).copied();
+        }
+    }
+
+    fn select(&mut self, i: usize) {
+        let rows: Vec<ProcKey> = self.table_rows().iter().map(|e| e.key).collect();
+        self.selected = i.min(rows.len().saturating_sub(1));
+        self.selected_key = rows.get(self.selected).copied();
     }
 
     pub fn update(&mut self, msg: Msg) -> Effect {
@@ -82,6 +206,7 @@ impl App {
                 if self.paused {
                     Effect::None
                 } else {
+                    self.follow_selection();
                     Effect::Redraw
                 }
             }
@@ -90,10 +215,34 @@ impl App {
                 self.error = Some(e);
                 Effect::Quit
             }
-            Msg::Replay(u) => self.on_replay(*u),
+            Msg::Replay(u) => {
+                let e = self.on_replay(*u);
+                self.follow_selection();
+                e
+            }
             Msg::Recording(s) => {
+                let changed = self.recording.as_ref() != Some(&s);
                 self.recording = Some(s);
-                Effect::None
+                if changed { Effect::Redraw } else { Effect::None }
+            }
+            Msg::Host(h) => {
+                if self.host.as_ref() == Some(&*h) || self.paused {
+                    self.host = Some(*h);
+                    return Effect::None;
+                }
+                self.host = Some(*h);
+                Effect::Redraw
+            }
+            Msg::Details(d) => match &mut self.overlay {
+                Some(Overlay::Details(k, slot)) if k.pid == d.pid => {
+                    *slot = Some(d);
+                    Effect::Redraw
+                }
+                _ => Effect::None,
+            },
+            Msg::Notice(n) => {
+                self.status = Some(n);
+                Effect::Redraw
             }
             Msg::Input(Event::Resize(..)) => Effect::Redraw,
             Msg::Input(Event::Key(k)) if k.kind != KeyEventKind::Release => self.key(k),
@@ -102,32 +251,135 @@ impl App {
     }
 
     fn key(&mut self, k: KeyEvent) -> Effect {
+        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && k.code == KeyCode::Char('c') {
+            return Effect::Quit;
+        }
+        if self.filter_editing {
+            match k.code {
+                KeyCode::Esc => {
+                    self.filter.clear();
+                    self.filter_editing = false;
+                }
+                KeyCode::Enter => self.filter_editing = false,
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) if !ctrl && self.filter.chars().count() < 64 => {
+                    self.filter.push(c)
+                }
+                _ => return Effect::None,
+            }
+            self.follow_selection();
+            return Effect::Redraw;
+        }
+        if let Some(o) = &self.overlay {
+            let help = matches!(o, Overlay::Help);
+            match k.code {
+                KeyCode::Char('q') => return Effect::Quit,
+                KeyCode::Char('h') | KeyCode::Char('?') if !help => self.overlay = Some(Overlay::Help),
+                _ => self.overlay = None,
+            }
+            return Effect::Redraw;
+        }
         if let Some(e) = self.replay.as_mut().and_then(|r| r.key(&k)) {
             return e;
         }
-        let n = self.rows().len();
+        self.status = None;
         match k.code {
             KeyCode::Char('q') => Effect::Quit,
-            KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => Effect::Quit,
-            KeyCode::Down | KeyCode::Char('j') => {
-                if self.selected + 1 < n {
-                    self.selected += 1;
-                }
-                Effect::Redraw
-            }
-            KeyCode::Up | KeyCode::Char('k') => {
-                self.selected = self.selected.saturating_sub(1);
-                Effect::Redraw
-            }
+            KeyCode::Down | KeyCode::Char('j') => self.move_by(1),
+            KeyCode::Up | KeyCode::Char('k') => self.move_by(-1),
+            KeyCode::PageDown => self.move_by(10),
+            KeyCode::PageUp => self.move_by(-10),
+            KeyCode::Home => self.move_by(i64::MIN / 2),
+            KeyCode::End => self.move_by(i64::MAX / 2),
             KeyCode::Char(' ') => {
                 self.paused = !self.paused;
-                self.frozen = self.paused.then(|| self.model.top_cpu(self.k));
+                self.frozen = self.paused.then(|| Box::new(self.model.clone()));
+                self.follow_selection();
                 Effect::Redraw
             }
             KeyCode::Char('+') => self.change_interval(true),
             KeyCode::Char('-') => self.change_interval(false),
+            KeyCode::Char('P') => {
+                self.sort = SortBy::Cpu;
+                Effect::Redraw
+            }
+            KeyCode::Char('M') => {
+                // No memory data reaches the Model yet: say so rather than show anything made up.
+                self.sort = SortBy::Cpu;
+                self.status = Some(NO_MEMORY.into());
+                Effect::Redraw
+            }
+            KeyCode::Char('p') => self.toggle_pin(),
+            KeyCode::Char('/') => {
+                self.filter_editing = true;
+                Effect::Redraw
+            }
+            KeyCode::Esc => {
+                self.filter.clear();
+                self.follow_selection();
+                Effect::Redraw
+            }
+            KeyCode::Tab | KeyCode::BackTab => {
+                self.focus = match self.focus {
+                    Focus::Table if !self.shown().qos.procs().is_empty() => Focus::Qos,
+                    _ => Focus::Table,
+                };
+                Effect::Redraw
+            }
+            KeyCode::Enter => match self.selected_entry().map(|e| e.key) {
+                Some(key) => {
+                    self.overlay = Some(Overlay::Details(key, None));
+                    Effect::Details(key)
+                }
+                None => Effect::None,
+            },
+            KeyCode::Char('h') | KeyCode::Char('?') => {
+                self.overlay = Some(Overlay::Help);
+                Effect::Redraw
+            }
             _ => Effect::None,
         }
+    }
+
+    fn move_by(&mut self, d: i64) -> Effect {
+        match self.focus {
+            Focus::Table => {
+                let i = (self.selected as i64).saturating_add(d).max(0) as usize;
+                self.select(i);
+            }
+            Focus::Qos => {
+                let n = self.shown().qos.procs().len();
+                let i = (self.qos_selected as i64).saturating_add(d).max(0) as usize;
+                self.qos_selected = i.min(n.saturating_sub(1));
+            }
+        }
+        Effect::Redraw
+    }
+
+    fn toggle_pin(&mut self) -> Effect {
+        let Some(e) = self.selected_entry() else {
+            return Effect::None;
+        };
+        let key = e.key;
+        let exited = e.exited();
+        let table = &self.model.table;
+        if !table.pins().contains(&key) && !exited && table.live_pins().len() >= MAX_PINS {
+            self.status = Some(format!("at most {MAX_PINS} processes can be pinned"));
+            return Effect::Redraw;
+        }
+        self.model.table.toggle_pin(key);
+        if let Some(f) = &mut self.frozen {
+            f.table.toggle_pin(key);
+        }
+        self.follow_selection();
+        if self.replay.is_some() {
+            // A recording's QoS data is what it is: the pin only keeps the row in view.
+            return Effect::Redraw;
+        }
+        Effect::SetPins(self.model.table.live_pins())
     }
 
     fn change_interval(&mut self, longer: bool) -> Effect {

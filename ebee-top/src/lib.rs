@@ -6,6 +6,7 @@ pub mod batch;
 pub mod batch_qos;
 pub mod cli;
 pub mod exit;
+pub mod host;
 pub mod export;
 pub mod model;
 pub mod output;

@@ -474,6 +474,8 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     let (ctl_tx, ctl_rx) = std::sync::mpsc::channel::<ReplayCmd>();
     let interval = Duration::from_nanos(replay.reader().meta().interval_ns.max(1));
     let mut app = App::new(a.top as usize, interval);
+    app.opts = a.screen.view_opts();
+    app.users = crate::host::users();
     let first = a.from.map(|t| replay.command(ReplayCmd::GoTo(t)));
     if a.paused {
         replay.command(ReplayCmd::TogglePause);

@@ -1,6 +1,7 @@
 //! The Model: a pure fold of Batches into what the screens and batch output show. No aya, no
 //! ratatui, no I/O, no clocks: everything it knows came in a Batch.
 
+pub mod procs;
 pub mod qos;
 
 use std::collections::HashMap;
@@ -28,7 +29,7 @@ pub struct CpuEntry {
     pub exited: bool,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Model {
     latest: Option<Batch>,
     procs: HashMap<u32, ProcInfo>,
@@ -36,6 +37,8 @@ pub struct Model {
     exited: HashMap<u32, u64>,
     /// Syscall and request QoS of pinned processes.
     pub qos: qos::QosModel,
+    /// The interactive screen's process table: burst history, exited processes, pins.
+    pub table: procs::ProcTable,
 }
 
 impl Model {
@@ -58,6 +61,7 @@ impl Model {
             self.procs.insert(p.pid, p.clone());
         }
         self.qos.ingest(b);
+        self.table.ingest(b);
         self.latest = Some(b.clone());
     }
 

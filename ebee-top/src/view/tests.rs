@@ -1,0 +1,1 @@
+//! Snapshot tests of whole screens drawn into a TestBackend.
