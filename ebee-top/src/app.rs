@@ -479,4 +479,127 @@ mod tests {
         assert_eq!(a.interval, Duration::from_millis(10));
         assert_eq!(a.update(key(KeyCode::Char('-'))), Effect::None);
     }
+
+    fn ch(c: char) -> Msg {
+        key(KeyCode::Char(c))
+    }
+
+    fn app_with(n: u32) -> App {
+        let mut a = App::new(20, Duration::from_millis(50));
+        a.update(Msg::Batch(batch(n)));
+        a
+    }
+
+    #[test]
+    fn pin_reaches_the_source_and_survives_reranking() {
+        let mut a = app_with(3);
+        a.update(key(KeyCode::Down));
+        let pid = a.selected_entry().unwrap().key.pid;
+        assert_eq!(a.update(ch('p')), Effect::SetPins(vec![pid]));
+        assert_eq!(a.table_rows()[0].key.pid, pid, "pinned rows come first");
+        // Unpin: the source is told to follow nothing.
+        let i = a.table_rows().iter().position(|e| e.key.pid == pid).unwrap();
+        a.selected = i;
+        assert_eq!(a.update(ch('p')), Effect::SetPins(vec![]));
+    }
+
+    #[test]
+    fn no_more_than_eight_pins() {
+        let mut a = app_with(10);
+        for i in 0..8 {
+            a.selected = 8; // always an unpinned row: pinned ones move to the top
+            let _ = i;
+            assert!(matches!(a.update(ch('p')), Effect::SetPins(_)));
+        }
+        a.selected = 9;
+        assert_eq!(a.update(ch('p')), Effect::Redraw);
+        assert!(a.status.as_deref().unwrap_or("").contains("at most 8"));
+        assert_eq!(a.model.table.live_pins().len(), 8);
+    }
+
+    #[test]
+    fn filter_typing_and_esc() {
+        let mut a = app_with(12);
+        a.update(ch('/'));
+        assert!(a.filter_editing);
+        a.update(ch('1'));
+        a.update(ch('1'));
+        assert_eq!(a.table_rows().len(), 1);
+        assert_eq!(a.table_rows()[0].key.pid, 11);
+        // q while typing is text, not quit.
+        assert_eq!(a.update(ch('q')), Effect::Redraw);
+        a.update(key(KeyCode::Backspace));
+        a.update(key(KeyCode::Enter));
+        assert!(!a.filter_editing);
+        assert_eq!(a.filter, "11");
+        a.update(key(KeyCode::Esc));
+        assert!(a.filter.is_empty());
+        assert_eq!(a.table_rows().len(), 12);
+        a.update(ch('/'));
+        a.update(ch('x'));
+        a.update(key(KeyCode::Esc));
+        assert!(a.filter.is_empty() && !a.filter_editing);
+    }
+
+    #[test]
+    fn sort_keys_help_and_details() {
+        let mut a = app_with(2);
+        assert_eq!(a.update(ch('M')), Effect::Redraw);
+        assert_eq!(a.status.as_deref(), Some(NO_MEMORY));
+        assert_eq!(a.sort, SortBy::Cpu);
+        a.update(ch('P'));
+        assert_eq!(a.status, None);
+        a.update(ch('?'));
+        assert_eq!(a.overlay, Some(Overlay::Help));
+        a.update(key(KeyCode::Esc));
+        assert_eq!(a.overlay, None);
+        a.update(ch('h'));
+        assert_eq!(a.overlay, Some(Overlay::Help));
+        a.update(ch('x'));
+        let k = a.selected_entry().unwrap().key;
+        assert_eq!(a.update(key(KeyCode::Enter)), Effect::Details(k));
+        let d = crate::host::Details {
+            pid: k.pid,
+            cmdline: "x".into(),
+            ..Default::default()
+        };
+        assert_eq!(a.update(Msg::Details(Box::new(d))), Effect::Redraw);
+        assert!(matches!(&a.overlay, Some(Overlay::Details(_, Some(_)))));
+        assert_eq!(a.update(ch('q')), Effect::Quit);
+    }
+
+    #[test]
+    fn tab_moves_focus_only_when_there_is_a_qos_pane() {
+        let mut a = app_with(2);
+        a.update(key(KeyCode::Tab));
+        assert_eq!(a.focus, Focus::Table);
+        assert_eq!(a.qos_pid(), None);
+    }
+
+    #[test]
+    fn the_selection_follows_its_process() {
+        let mut a = app_with(3);
+        a.update(key(KeyCode::Down));
+        let k = a.selected_entry().unwrap().key;
+        // The next interval reverses the ranking.
+        let mut b = batch(3);
+        b.seq = 2;
+        b.start_ns = 50_000_000;
+        b.end_ns = 100_000_000;
+        b.cpu.reverse();
+        for (i, r) in b.cpu.iter_mut().enumerate() {
+            r.ns = 1_000_000 * (i as u64 + 1) * 10;
+        }
+        a.update(Msg::Batch(b));
+        assert_eq!(a.selected_entry().unwrap().key, k);
+    }
+
+    #[test]
+    fn host_news_redraws_only_when_it_changed() {
+        let mut a = App::new(20, Duration::from_millis(50));
+        let h = crate::host::HostInfo::default();
+        assert_eq!(a.update(Msg::Host(Box::new(h.clone()))), Effect::Redraw);
+        assert_eq!(a.update(Msg::Host(Box::new(h))), Effect::None);
+        assert_eq!(a.update(Msg::Input(Event::FocusGained)), Effect::None);
+    }
 }

@@ -17,8 +17,22 @@ use crate::view::theme::sparkline;
 
 /// Columns of the burst sparkline for a table `width` wide.
 pub fn burst_width(width: u16) -> usize {
-    // What the fixed columns and a readable command leave, up to 2 s of cells.
-    (width.saturating_sub(36 + 18) as usize).clamp(8, 200)
+    // Half of what the fixed columns leave goes to the command, up to 2 s of cells.
+    (width.saturating_sub(36) as usize / 2).clamp(8, 200)
+}
+
+/// The command line with argv\[0\]'s directory dropped, for narrow screens.
+fn short_command(cmd: &str) -> String {
+    let (first, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
+    let base = match first.rsplit_once('/') {
+        Some((_, b)) if !b.is_empty() => b,
+        _ => first,
+    };
+    if rest.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base} {rest}")
+    }
 }
 
 pub fn render(app: &App, f: &mut Frame, area: Rect) {
@@ -47,8 +61,12 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
             };
             let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, app.opts.ascii);
             let mut cmd = e.command();
+            if area.width < 120 {
+                cmd = short_command(&cmd);
+            }
             if e.exited() {
-                cmd = format!("{cmd} (exited)");
+                // First, so a narrow column still shows it.
+                cmd = format!("(exited) {cmd}");
             }
             let style = if e.exited() {
                 c.exited()

@@ -80,7 +80,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
         }
         if h.mem_total_kib > 0 {
             second.push(format!(
-                "Mem {}/{} GiB used",
+                "Mem {}/{}G",
                 gib(h.mem_total_kib.saturating_sub(h.mem_avail_kib)),
                 gib(h.mem_total_kib)
             ));
@@ -89,21 +89,20 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
         second.push(format!("{} CPUs", b.ncpus));
     }
     let ns = b.interval_ns().max(1) as f64;
-    second.push(format!("interval {:.0} ms", ns / 1e6));
+    second.push(format!("interval {:.0}ms", ns / 1e6));
     // Own cost as a share of one core: the process's CPU time plus its programs' run time.
     let own = b.cost.cpu_ns as f64 * 100.0 / ns;
     second.push(match b.cost.bpf_ns {
         Some(bpf) => format!(
-            "self {:.2}% (proc {:.2}% + bpf {:.2}%)",
+            "self {:.2}% (bpf {:.2}%)",
             own + bpf as f64 * 100.0 / ns,
-            own,
             bpf as f64 * 100.0 / ns
         ),
-        None => format!("self {own:.2}% (+ bpf unknown)"),
+        None => format!("self {own:.2}% (bpf n/a)"),
     });
-    second.push(format!("{} switches", b.switches));
+    second.push(format!("{} sw", b.switches));
     lines.push(Line::from(second.join("  ")));
-    if height(app, area) >= 3 {
+    if area.height >= 3 {
         let d = &b.dropped;
         let text = format!(
             "lost: {} sketch evictions ({:.3} ms), {} lifecycle events, {} handshake timeouts{}",

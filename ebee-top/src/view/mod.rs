@@ -53,7 +53,7 @@ pub fn render(app: &App, f: &mut Frame) {
     let qos_pid = app.qos_pid();
     let (left, qos_area) = match qos_pid {
         Some(_) if body.width >= WIDE => {
-            let w = (body.width / 3).clamp(60, 90);
+            let w = (body.width * 2 / 5).clamp(60, 100);
             let [l, r] =
                 Layout::horizontal([Constraint::Min(60), Constraint::Length(w)]).areas(body);
             (l, Some(r))

@@ -16,15 +16,17 @@ use crate::view::{fmt_ns, fmt_us};
 
 /// Rows the pane takes below the table on a tall screen, and on a short one.
 pub const FULL_HEIGHT: u16 = 18;
-pub const COMPACT_HEIGHT: u16 = 6;
+pub const COMPACT_HEIGHT: u16 = 7;
 
 fn opt_us(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), fmt_us)
 }
 
+const STATS_HEAD: &str = "         sys/s      rps      p50      p99    p99.9";
+
 fn stats_line(label: &str, s: &QosStats) -> String {
     format!(
-        "{label} {:.0} sys/s  {:.0} rps  p50 {}  p99 {}  p99.9 {}",
+        "{label:<5} {:>8.0} {:>8.0} {:>8} {:>8} {:>8}",
         s.syscalls_per_s,
         s.rps,
         opt_us(s.p50_us),
@@ -75,11 +77,12 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
     f.render_widget(block, area);
     let w = inner.width as usize;
     let mut lines: Vec<Line> = Vec::new();
+    lines.push(Line::styled(STATS_HEAD, c.title()));
     lines.push(Line::from(stats_line(
-        &format!("{:.0}s:", v.window.span_s),
+        &format!("{:.0}s", v.window.span_s),
         &v.window,
     )));
-    if inner.height <= 4 {
+    if inner.height <= 5 {
         // Compact: the numbers, one sparkline, the heaviest syscalls on one line.
         let h = m.qos.history(pid);
         let (s, max) = tail(
@@ -107,7 +110,7 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
         f.render_widget(Paragraph::new(lines), inner);
         return;
     }
-    lines.push(Line::from(stats_line("last:", &v.interval)));
+    lines.push(Line::from(stats_line("last", &v.interval)));
     let h = m.qos.history(pid);
     let n = w.saturating_sub(7);
     for (label, vals) in [
@@ -128,7 +131,7 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
         ]));
     }
     let room = (inner.height as usize).saturating_sub(lines.len());
-    let sys_rows = (room / 2).max(2);
+    let sys_rows = (v.top_syscalls.len() + 1).min(room / 2).max(2);
     let hist_rows = room.saturating_sub(sys_rows + 2);
     if hist_rows > 0 {
         let of = if v.server {
@@ -136,7 +139,12 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
         } else {
             HistOf::AllSyscalls
         };
-        let mut bins = m.qos.hist_bins(pid, of, 1);
+        // The finest bars that fit, down to one per power of two.
+        let mut bins = [2, 1]
+            .iter()
+            .map(|per| m.qos.hist_bins(pid, of, *per))
+            .find(|b| b.len() <= hist_rows)
+            .unwrap_or_else(|| m.qos.hist_bins(pid, of, 1));
         // Merge neighbours until the bars fit.
         while bins.len() > hist_rows && bins.len() > 1 {
             bins = bins
