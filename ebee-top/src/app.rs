@@ -104,6 +104,8 @@ pub struct App {
     /// User names by uid (read once at start, so drawing never reads /etc/passwd).
     pub users: std::collections::HashMap<u32, String>,
     pub opts: ViewOpts,
+    /// Terminal size (columns, rows), from resize events.
+    pub screen: (u16, u16),
     pub error: Option<String>,
     /// Set when replaying a recording (replay.rs).
     pub replay: Option<crate::replay::ReplayControl>,
@@ -137,6 +139,7 @@ impl App {
             host: None,
             users: Default::default(),
             opts: ViewOpts::default(),
+            screen: (0, 0),
             error: None,
             replay: None,
             recording: None,
@@ -148,9 +151,10 @@ impl App {
         self.frozen.as_deref().unwrap_or(&self.model)
     }
 
-    /// The table rows to draw, in order.
+    /// The table rows to draw, in order: at least `k`, more when the screen has room.
     pub fn table_rows(&self) -> Vec<&ProcEntry> {
-        self.shown().table.ranked(self.k, &self.filter)
+        let fit = usize::from(self.screen.1).saturating_sub(6);
+        self.shown().table.ranked(self.k.max(fit), &self.filter)
     }
 
     /// The rows of the plain CPU ranking (batch output's view), for compatibility.
@@ -244,7 +248,11 @@ impl App {
                 self.status = Some(n);
                 Effect::Redraw
             }
-            Msg::Input(Event::Resize(..)) => Effect::Redraw,
+            Msg::Input(Event::Resize(w, h)) => {
+                self.screen = (w, h);
+                self.follow_selection();
+                Effect::Redraw
+            }
             Msg::Input(Event::Key(k)) if k.kind != KeyEventKind::Release => self.key(k),
             Msg::Input(_) => Effect::None,
         }

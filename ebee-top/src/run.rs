@@ -232,6 +232,9 @@ pub(crate) fn run_ui(
     spawn_signals(tx.clone())?;
     let mut tui = crate::tui::Tui::enter().context("setting up the terminal")?;
     spawn_input(tx.clone())?;
+    if let Ok(size) = tui.terminal.size() {
+        app.screen = (size.width, size.height);
+    }
 
     tui.terminal
         .draw(|f| crate::view::render(&app, f))

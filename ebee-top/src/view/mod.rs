@@ -89,7 +89,9 @@ pub fn render(app: &App, f: &mut Frame) {
 /// Format ns as a short duration: `850us`, `12.3ms`, `1.25s`, `2:03.4`.
 pub fn fmt_ns(ns: u64) -> String {
     let ms = ns as f64 / 1e6;
-    if ns < 1_000_000 {
+    if ns < 1000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 {
         format!("{}us", ns / 1000)
     } else if ms < 1000.0 {
         format!("{ms:.1}ms")
