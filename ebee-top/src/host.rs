@@ -149,6 +149,23 @@ pub fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| uid.to_string())
 }
 
+/// The cgroup path from /proc/PID/cgroup: the unified (v2) one, else the distinct v1 paths.
+fn cgroup_of(text: &str) -> String {
+    if let Some(p) = text.lines().find_map(|l| l.strip_prefix("0::")) {
+        return p.to_string();
+    }
+    let mut paths: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    if paths.len() > 1 {
+        paths.retain(|p| *p != "/");
+    }
+    paths.join(" ")
+}
+
 /// Read a process's details now. `start_ticks` (0 = unknown) guards against a reused pid.
 pub fn details(pid: u32, start_ticks: u64) -> Details {
     let mut d = Details {
@@ -176,11 +193,7 @@ pub fn details(pid: u32, start_ticks: u64) -> Details {
         .status()
         .map(|s| user_name(s.ruid))
         .unwrap_or_else(|_| "?".into());
-    d.cgroup = read(&format!("/proc/{pid}/cgroup"))
-        .lines()
-        .map(|l| l.splitn(3, ':').nth(2).unwrap_or(l).to_string())
-        .collect::<Vec<_>>()
-        .join(" ");
+    d.cgroup = cgroup_of(&read(&format!("/proc/{pid}/cgroup")));
     d
 }
 
@@ -199,6 +212,13 @@ mod tests {
         assert_eq!(meminfo_kib(m, "MemTotal"), 24_000_000);
         assert_eq!(meminfo_kib(m, "MemAvailable"), 12_000);
         assert_eq!(meminfo_kib(m, "Nope"), 0);
+    }
+
+    #[test]
+    fn cgroup_prefers_the_unified_path() {
+        assert_eq!(cgroup_of("0::/system.slice/x.service\n"), "/system.slice/x.service");
+        assert_eq!(cgroup_of("1:cpu:/\n2:memory:/a\n3:pids:/a\n"), "/a");
+        assert_eq!(cgroup_of(""), "");
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub fn burst_width(width: u16) -> usize {
 
 /// The command line with argv\[0\]'s directory dropped, for narrow screens.
 fn short_command(cmd: &str) -> String {
+    if cmd.starts_with('[') {
+        // A kernel thread's name, not a path.
+        return cmd.to_string();
+    }
     let (first, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
     let base = match first.rsplit_once('/') {
         Some((_, b)) if !b.is_empty() => b,
@@ -112,6 +116,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
     )
     .header(header)
     .column_spacing(1)
+    .highlight_symbol(">")
     .row_highlight_style(c.selected());
     let mut state = TableState::default().with_selected(Some(app.selected));
     f.render_stateful_widget(table, area, &mut state);

@@ -113,17 +113,15 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
     lines.push(Line::from(stats_line("last", &v.interval)));
     let h = m.qos.history(pid);
     let n = w.saturating_sub(7);
-    for (label, vals) in [
-        (
-            "rps   ",
-            h.iter().map(|p| p.rps).collect::<Vec<_>>(),
-        ),
-        (
-            "p99   ",
-            h.iter().map(|p| p.p99_us.unwrap_or(0.0)).collect(),
-        ),
-        ("sys/s ", h.iter().map(|p| p.syscalls_per_s).collect()),
-    ] {
+    let mut sparks: Vec<(&str, Vec<f64>)> = Vec::new();
+    if v.server {
+        sparks.push(("rps   ", h.iter().map(|p| p.rps).collect()));
+        sparks.push(("p99   ", h.iter().map(|p| p.p99_us.unwrap_or(0.0)).collect()));
+    } else {
+        lines.push(Line::from("no requests answered: syscalls only"));
+    }
+    sparks.push(("sys/s ", h.iter().map(|p| p.syscalls_per_s).collect()));
+    for (label, vals) in sparks {
         let (s, max) = tail(vals.into_iter(), n);
         lines.push(Line::from(vec![
             Span::raw(label),

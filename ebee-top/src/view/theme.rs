@@ -64,9 +64,13 @@ impl Colors {
         }
     }
 
-    /// The selected row.
+    /// The selected row: a background, not reverse video, which would turn every blank
+    /// cell of a sparkline into a full bar.
     pub fn selected(self) -> Style {
-        Style::default().add_modifier(Modifier::REVERSED | Modifier::BOLD)
+        match self.pick(Color::DarkGray, 237, (60, 60, 70)) {
+            Some(c) => Style::default().bg(c).add_modifier(Modifier::BOLD),
+            None => Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
+        }
     }
 
     /// Burst sparklines.
