@@ -117,12 +117,13 @@ impl Drop for Tmux {
     }
 }
 
-/// The table's rows: lines that start with an optional flag column and a pid.
+/// The table's rows: lines that start with the selection mark, the flag column (P pinned, X
+/// exited) and a pid.
 fn rows(screen: &str) -> Vec<&str> {
     screen
         .lines()
         .filter(|l| {
-            let t = l.get(2..).unwrap_or("").trim_start();
+            let t = l.get(3..).unwrap_or("").trim_start();
             t.split_whitespace()
                 .next()
                 .is_some_and(|w| w.parse::<u32>().is_ok())
@@ -169,7 +170,7 @@ fn keys_drive_the_screen_and_quit_restores_the_terminal() {
     assert!(
         rows(&s)
             .iter()
-            .any(|l| l.starts_with("P ") && l.contains(&burner.pid().to_string())),
+            .any(|l| l.get(1..3) == Some("P ") && l.contains(&burner.pid().to_string())),
         "{s}"
     );
     t.keys(&["Escape"]);
