@@ -227,7 +227,11 @@ impl App {
             Msg::Recording(s) => {
                 let changed = self.recording.as_ref() != Some(&s);
                 self.recording = Some(s);
-                if changed { Effect::Redraw } else { Effect::None }
+                if changed {
+                    Effect::Redraw
+                } else {
+                    Effect::None
+                }
             }
             Msg::Host(h) => {
                 if self.host.as_ref() == Some(&*h) || self.paused {
@@ -285,7 +289,9 @@ impl App {
             let help = matches!(o, Overlay::Help);
             match k.code {
                 KeyCode::Char('q') => return Effect::Quit,
-                KeyCode::Char('h') | KeyCode::Char('?') if !help => self.overlay = Some(Overlay::Help),
+                KeyCode::Char('h') | KeyCode::Char('?') if !help => {
+                    self.overlay = Some(Overlay::Help)
+                }
                 _ => self.overlay = None,
             }
             return Effect::Redraw;
@@ -506,7 +512,11 @@ mod tests {
         assert_eq!(a.update(ch('p')), Effect::SetPins(vec![pid]));
         assert_eq!(a.table_rows()[0].key.pid, pid, "pinned rows come first");
         // Unpin: the source is told to follow nothing.
-        let i = a.table_rows().iter().position(|e| e.key.pid == pid).unwrap();
+        let i = a
+            .table_rows()
+            .iter()
+            .position(|e| e.key.pid == pid)
+            .unwrap();
         a.selected = i;
         assert_eq!(a.update(ch('p')), Effect::SetPins(vec![]));
     }

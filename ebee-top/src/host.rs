@@ -216,7 +216,10 @@ mod tests {
 
     #[test]
     fn cgroup_prefers_the_unified_path() {
-        assert_eq!(cgroup_of("0::/system.slice/x.service\n"), "/system.slice/x.service");
+        assert_eq!(
+            cgroup_of("0::/system.slice/x.service\n"),
+            "/system.slice/x.service"
+        );
         assert_eq!(cgroup_of("1:cpu:/\n2:memory:/a\n3:pids:/a\n"), "/a");
         assert_eq!(cgroup_of(""), "");
     }

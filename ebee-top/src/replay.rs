@@ -195,14 +195,8 @@ impl Replay {
     /// minute of burst history: `HISTORY_WARMUP_MS` of recorded time).
     fn model_at(&mut self, target: usize) -> Model {
         let mut m = Model::new();
-        let t = self
-            .reader
-            .entries()
-            .get(target)
-            .map_or(0, |e| e.head.t_ms);
-        let by_time = self
-            .reader
-            .index_at_ms(t.saturating_sub(HISTORY_WARMUP_MS));
+        let t = self.reader.entries().get(target).map_or(0, |e| e.head.t_ms);
+        let by_time = self.reader.index_at_ms(t.saturating_sub(HISTORY_WARMUP_MS));
         let first = target.saturating_sub(WARMUP_INTERVALS).min(by_time);
         for i in first..=target {
             if let Some(b) = self.decode(i) {

@@ -246,7 +246,16 @@ pub(crate) fn run_ui(
             Effect::Redraw => {}
             Effect::Details(k) => {
                 // Read now, on opening: one small /proc read, never while drawing.
-                let d = crate::host::details(k.pid, k.start_ticks);
+                let d = if app.replay.is_some() {
+                    // This machine's /proc says nothing about a recorded process.
+                    crate::host::Details {
+                        pid: k.pid,
+                        note: Some("from a recording: only what was recorded is known".into()),
+                        ..Default::default()
+                    }
+                } else {
+                    crate::host::details(k.pid, k.start_ticks)
+                };
                 app.update(Msg::Details(Box::new(d)));
             }
             other => on_effect(other),

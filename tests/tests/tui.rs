@@ -89,8 +89,7 @@ impl Tmux {
     fn pid(&self) -> i32 {
         let sh = std::fs::read_to_string(&self.pidfile).unwrap();
         let sh = sh.trim();
-        let children =
-            std::fs::read_to_string(format!("/proc/{sh}/task/{sh}/children")).unwrap();
+        let children = std::fs::read_to_string(format!("/proc/{sh}/task/{sh}/children")).unwrap();
         children.split_whitespace().next().unwrap().parse().unwrap()
     }
 
@@ -178,16 +177,24 @@ fn keys_drive_the_screen_and_quit_restores_the_terminal() {
 
     // Sort keys: M says there is no memory data yet; P sorts by CPU again.
     t.keys(&["M"]);
-    t.wait("the memory notice", |s| s.contains("memory pipeline not loaded"));
+    t.wait("the memory notice", |s| {
+        s.contains("memory pipeline not loaded")
+    });
     t.keys(&["P"]);
-    t.wait("the notice gone", |s| !s.contains("memory pipeline not loaded"));
+    t.wait("the notice gone", |s| {
+        !s.contains("memory pipeline not loaded")
+    });
 
     // Pause: the clock in the header stops while paused, and goes on after.
     t.keys(&["Space"]);
     let a = t.wait("paused", |s| s.contains("[paused]"));
     std::thread::sleep(Duration::from_millis(400));
     let b = t.capture();
-    assert_eq!(a.lines().next(), b.lines().next(), "the paused screen changed");
+    assert_eq!(
+        a.lines().next(),
+        b.lines().next(),
+        "the paused screen changed"
+    );
     t.keys(&["Space"]);
     t.wait("running again", |s| {
         !s.contains("[paused]") && s.lines().next() != a.lines().next()
@@ -197,7 +204,9 @@ fn keys_drive_the_screen_and_quit_restores_the_terminal() {
     t.keys(&["?"]);
     t.wait("the help", |s| s.contains("pin/unpin the selected process"));
     t.keys(&["Escape"]);
-    t.wait("the help closed", |s| !s.contains("pin/unpin the selected process"));
+    t.wait("the help closed", |s| {
+        !s.contains("pin/unpin the selected process")
+    });
     t.keys(&["q"]);
     let (status, alt, cursor) = t.ended();
     assert_eq!(status, "0", "exit status; screen:\n{}", t.capture());

@@ -111,15 +111,20 @@ fn take(shot: &Shot, out: &Path) -> Result<()> {
         .into_iter()
         .find(|c| util::output(Command::new("which").arg(c)).is_some())
         .context("chromium is not installed (cargo xtask setup --screenshots)")?;
-    util::status(Command::new(chromium).args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-        &format!("--screenshot={}", png.display()),
-        &format!("--window-size={w},{h}"),
-        &format!("file://{}", page.display()),
-    ]))?;
+    util::status(
+        Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                &format!("--screenshot={}", png.display()),
+                &format!("--window-size={w},{h}"),
+                &format!("file://{}", page.display()),
+            ])
+            // Headless Chromium logs D-Bus complaints by the dozen; the PNG is what matters.
+            .stderr(Stdio::null()),
+    )?;
     if !png.exists() {
         bail!("chromium wrote no {}", png.display());
     }
@@ -139,7 +144,14 @@ pub fn run() -> Result<()> {
         ..Default::default()
     })?;
     util::build_release()?;
-    util::cargo(&["build", "--release", "-p", "ebee-tests", "--bin", "ebee-load"])?;
+    util::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "ebee-tests",
+        "--bin",
+        "ebee-load",
+    ])?;
     let out = util::root().join("screenshots");
     std::fs::create_dir_all(&out)?;
     // A busy process, one with 20 ms bursts every 200 ms, and a sleeper making syscalls.

@@ -291,8 +291,10 @@ impl ProcTable {
             }
             match e.exited_ns {
                 Some(t) => now.saturating_sub(t) < EXITED_KEEP_NS,
-                None => now.saturating_sub(e.last_charged_ns.max(1)) < IDLE_FORGET_NS
-                    || e.last_charged_ns == 0 && e.kernel_pinned,
+                None => {
+                    now.saturating_sub(e.last_charged_ns.max(1)) < IDLE_FORGET_NS
+                        || e.last_charged_ns == 0 && e.kernel_pinned
+                }
             }
         });
         let entries = &self.entries;
@@ -564,7 +566,10 @@ mod tests {
     #[test]
     fn pins_survive_ranking_and_exit() {
         let mut t = ProcTable::new();
-        t.ingest(&batch(1, &[(1, 40 * MS, &[]), (2, 30 * MS, &[]), (3, MS, &[])]));
+        t.ingest(&batch(
+            1,
+            &[(1, 40 * MS, &[]), (2, 30 * MS, &[]), (3, MS, &[])],
+        ));
         let k3 = t.by_pid(3).unwrap().key;
         assert!(t.toggle_pin(k3));
         let top: Vec<u32> = t.ranked(2, "").iter().map(|e| e.key.pid).collect();

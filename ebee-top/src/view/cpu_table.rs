@@ -56,11 +56,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
                 _ => "  ",
             };
             let user = match e.uid {
-                Some(u) => app
-                    .users
-                    .get(&u)
-                    .cloned()
-                    .unwrap_or_else(|| u.to_string()),
+                Some(u) => app.users.get(&u).cloned().unwrap_or_else(|| u.to_string()),
                 None => "?".into(),
             };
             let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, app.opts.ascii);

@@ -38,7 +38,10 @@ pub fn render(app: &App, f: &mut Frame) {
             "terminal too small: {}x{}, need at least {}x{}",
             area.width, area.height, MIN_WIDTH, MIN_HEIGHT
         );
-        f.render_widget(Paragraph::new(msg).wrap(ratatui::widgets::Wrap { trim: true }), area);
+        f.render_widget(
+            Paragraph::new(msg).wrap(ratatui::widgets::Wrap { trim: true }),
+            area,
+        );
         return;
     }
     let head_h = header::height(app, area);
@@ -65,8 +68,7 @@ pub fn render(app: &App, f: &mut Frame) {
                 qos::COMPACT_HEIGHT
             };
             let h = h.min(body.height.saturating_sub(5));
-            let [l, r] =
-                Layout::vertical([Constraint::Min(5), Constraint::Length(h)]).areas(body);
+            let [l, r] = Layout::vertical([Constraint::Min(5), Constraint::Length(h)]).areas(body);
             (l, (h >= 3).then_some(r))
         }
         None => (body, None),

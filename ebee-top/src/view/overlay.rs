@@ -18,7 +18,10 @@ pub const HELP: &[(&str, &str)] = &[
     ("Up/Down, j/k", "move the selection (PgUp/PgDn, Home/End)"),
     ("P", "sort by CPU"),
     ("M", "sort by memory (once the memory pipeline is loaded)"),
-    ("p", "pin/unpin the selected process (syscall and request QoS)"),
+    (
+        "p",
+        "pin/unpin the selected process (syscall and request QoS)",
+    ),
     ("/", "filter by name or pid; Esc clears"),
     ("space", "pause the screen (collection and recording go on)"),
     ("+ / -", "longer / shorter interval (10 ms to 10 s)"),
@@ -89,7 +92,10 @@ pub fn details(app: &App, key: ProcKey, d: Option<&Details>, f: &mut Frame, area
             if let Some(n) = &d.note {
                 lines.push(Line::styled(n.clone(), app.opts.colors.warn()));
             } else {
-                lines.push(Line::from(format!("name     {}  state {}", d.comm, d.state)));
+                lines.push(Line::from(format!(
+                    "name     {}  state {}",
+                    d.comm, d.state
+                )));
                 lines.push(Line::from(format!("user     {}", d.user)));
                 if let Some(t) = d.threads {
                     lines.push(Line::from(format!("threads  {t}")));

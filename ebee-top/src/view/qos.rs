@@ -57,11 +57,7 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
     } else {
         "unpinned"
     };
-    let kind = if v.server {
-        "server"
-    } else {
-        "syscalls only"
-    };
+    let kind = if v.server { "server" } else { "syscalls only" };
     let focus = if app.focus == Focus::Qos {
         "  [focus: Up/Down picks]"
     } else {
@@ -116,7 +112,10 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
     let mut sparks: Vec<(&str, Vec<f64>)> = Vec::new();
     if v.server {
         sparks.push(("rps   ", h.iter().map(|p| p.rps).collect()));
-        sparks.push(("p99   ", h.iter().map(|p| p.p99_us.unwrap_or(0.0)).collect()));
+        sparks.push((
+            "p99   ",
+            h.iter().map(|p| p.p99_us.unwrap_or(0.0)).collect(),
+        ));
     } else {
         lines.push(Line::from("no requests answered: syscalls only"));
     }
@@ -169,8 +168,8 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
             } else {
                 ((b.count as u128 * bar_w as u128).div_ceil(max as u128)) as usize
             };
-            let bar: String = std::iter::repeat_n(if app.opts.ascii { '#' } else { '\u{2588}' }, len)
-                .collect();
+            let bar: String =
+                std::iter::repeat_n(if app.opts.ascii { '#' } else { '\u{2588}' }, len).collect();
             lines.push(Line::from(vec![
                 Span::raw(format!("{:>8}-{:<8} ", fmt_ns(b.lo_ns), fmt_ns(b.hi_ns))),
                 Span::styled(format!("{bar:<bar_w$}"), c.latency()),
@@ -179,7 +178,10 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
         }
     }
     lines.push(Line::styled(
-        format!("{:<14} {:>9} {:>6} {:>9} {:>9}", "syscall", "/s", "time%", "mean", "p99"),
+        format!(
+            "{:<14} {:>9} {:>6} {:>9} {:>9}",
+            "syscall", "/s", "time%", "mean", "p99"
+        ),
         c.title(),
     ));
     for s in v.top_syscalls.iter().take(sys_rows.saturating_sub(1)) {

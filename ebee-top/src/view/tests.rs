@@ -88,14 +88,22 @@ fn app() -> App {
 /// One process with a 20 ms burst every 200 ms, for 2 s.
 fn one_process() -> App {
     let mut a = app();
-    let p = proc(4242, "cruncher", "/usr/local/bin/cruncher --threads 1 --input /data/set");
+    let p = proc(
+        4242,
+        "cruncher",
+        "/usr/local/bin/cruncher --threads 1 --input /data/set",
+    );
     for seq in 1..=40 {
         let bins = if seq % 4 == 0 {
             [0, 10 * MS, 10 * MS, 0, 0]
         } else {
             [0; 5]
         };
-        a.update(Msg::Batch(Box::new(batch(seq, &[(4242, bins)], &[p.clone()]))));
+        a.update(Msg::Batch(Box::new(batch(
+            seq,
+            &[(4242, bins)],
+            std::slice::from_ref(&p),
+        ))));
     }
     a
 }

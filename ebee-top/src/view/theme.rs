@@ -59,7 +59,10 @@ impl Colors {
     /// The table's header row.
     pub fn header_row(self) -> Style {
         match self.pick(Color::Blue, 24, (30, 70, 120)) {
-            Some(c) => Style::default().bg(c).fg(Color::White).add_modifier(Modifier::BOLD),
+            Some(c) => Style::default()
+                .bg(c)
+                .fg(Color::White)
+                .add_modifier(Modifier::BOLD),
             None => Style::default().add_modifier(Modifier::REVERSED),
         }
     }
