@@ -13,7 +13,7 @@ mod header;
 mod overlay;
 mod qos;
 pub mod theme;
-mod timeline;
+pub(crate) mod timeline;
 
 use ratatui::{
     Frame,

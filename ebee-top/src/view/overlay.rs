@@ -63,7 +63,12 @@ pub fn help(app: &App, f: &mut Frame, area: Rect) {
         .collect();
     if app.replay.is_some() {
         lines.push(Line::from(""));
-        lines.push(Line::from(format!("replay: {}", crate::replay::KEYS)));
+        let keys = if app.opts.ascii {
+            super::timeline::asciify(crate::replay::KEYS)
+        } else {
+            crate::replay::KEYS.to_string()
+        };
+        lines.push(Line::from(format!("replay: {keys}")));
     }
     let r = centered(area, 76, lines.len() as u16 + 2);
     f.render_widget(Clear, r);

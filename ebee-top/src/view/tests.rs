@@ -211,6 +211,12 @@ fn one_process_ascii() {
     a.opts.ascii = true;
     let t = text(&a, 80, 24);
     assert!(t.contains("@@   "), "{t}");
+    assert!(t.is_ascii(), "{t}");
+    let mut p = pinned_exited();
+    p.opts.ascii = true;
+    p.overlay = Some(Overlay::Help);
+    let wide = text(&p, 160, 50);
+    assert!(wide.is_ascii(), "{wide}");
     insta::assert_snapshot!(t);
 }
 
