@@ -56,14 +56,16 @@ impl Burst {
     /// ns per cell for the `n` cells ending with `last` (inclusive), oldest first.
     pub fn dense(&self, last: u64, n: usize) -> Vec<u64> {
         let mut out = vec![0u64; n];
-        let first = (last + 1).saturating_sub(n as u64);
         for &(c, v) in self.cells.iter().rev() {
-            if c < first {
+            if c > last {
+                continue;
+            }
+            // Right-aligned on `last`, also when there is less history than `n` cells.
+            let back = (last - c) as usize;
+            if back >= n {
                 break;
             }
-            if c <= last {
-                out[(c - first) as usize] += v;
-            }
+            out[n - 1 - back] += v;
         }
         out
     }
@@ -496,6 +498,14 @@ mod tests {
         assert_eq!(d[..5], [0, 10 * MS, 10 * MS, 0, 0]);
         assert_eq!(d[5..].iter().sum::<u64>(), 0);
         assert_eq!(e.total_ns, 20 * MS);
+    }
+
+    #[test]
+    fn short_history_is_right_aligned() {
+        let mut t = ProcTable::new();
+        t.ingest(&batch(1, &[(7, 10 * MS, &[0, 0, 0, 0, 10 * MS])]));
+        let d = t.by_pid(7).unwrap().burst.dense(t.now_cell(), 8);
+        assert_eq!(d, vec![0, 0, 0, 0, 0, 0, 0, 10 * MS]);
     }
 
     #[test]

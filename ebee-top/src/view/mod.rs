@@ -7,6 +7,7 @@
 //! and the memory table once the memory pipeline feeds the Model; overlays (help, details) go
 //! on top.
 
+mod burst;
 mod cpu_table;
 mod footer;
 mod header;
@@ -73,11 +74,32 @@ pub fn render(app: &App, f: &mut Frame) {
         }
         None => (body, None),
     };
+    // The minute of burst history of the selected process: under the QoS pane when that is
+    // beside the table, else under the table when the screen is tall.
+    let (left, qos_area, burst_area) = match qos_area {
+        Some(q) if body.width >= WIDE && q.height >= qos::FULL_HEIGHT + burst::HEIGHT => {
+            let [q, b] = Layout::vertical([
+                Constraint::Min(qos::FULL_HEIGHT),
+                Constraint::Length(burst::HEIGHT),
+            ])
+            .areas(q);
+            (left, Some(q), Some(b))
+        }
+        _ if left.height >= 30 => {
+            let [l, b] = Layout::vertical([Constraint::Min(10), Constraint::Length(burst::HEIGHT)])
+                .areas(left);
+            (l, qos_area, Some(b))
+        }
+        _ => (left, qos_area, None),
+    };
     // The memory table (branch `mem`) takes the lower part of `left` once its data exists.
     let cpu: Rect = left;
     cpu_table::render(app, f, cpu);
     if let (Some(pid), Some(a)) = (qos_pid, qos_area) {
         qos::render(app, pid, f, a);
+    }
+    if let Some(b) = burst_area {
+        burst::render(app, f, b);
     }
     footer::render(app, f, foot);
     timeline::render(app, f, tl);
