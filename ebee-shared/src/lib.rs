@@ -8,6 +8,7 @@
 pub mod cpu;
 pub mod hashpipe;
 pub mod lifecycle;
+pub mod mem;
 pub mod qos;
 
 /// aya's `Pod` for the types userspace reads from and writes to maps.
@@ -27,6 +28,12 @@ mod pod {
         crate::cpu::CpuTrace,
         crate::ctl::Ctl,
         crate::lifecycle::LifecycleEvent,
+        crate::mem::MemSlot,
+        crate::mem::MemSketch,
+        crate::mem::MemCpu,
+        crate::mem::MemShadow,
+        crate::mem::MemOffsets,
+        crate::mem::MemTrace,
         crate::qos::PinTable,
         crate::qos::ThreadSlot,
         crate::qos::SysStat,
@@ -59,6 +66,11 @@ pub mod map_names {
     pub const QOS_CPU: &str = "QOS_CPU";
     pub const QOS_CONNS: &str = "QOS_CONNS";
     pub const QOS_PORTS: &str = "QOS_PORTS";
+    pub const MEM_CPU: &str = "MEM_CPU";
+    pub const MEM_SKETCH: &str = "MEM_SKETCH";
+    pub const MEM_SHADOW0: &str = "MEM_SHADOW0";
+    pub const MEM_SHADOW1: &str = "MEM_SHADOW1";
+    pub const MEM_TRACE: &str = "MEM_TRACE";
 }
 
 /// Indices of the per-CPU `DROPS` counters.
@@ -79,6 +91,8 @@ pub mod prog_names {
     pub const PROCESS_EXEC: &str = "sched_process_exec";
     pub const SYS_ENTER: &str = "sys_enter";
     pub const SYS_EXIT: &str = "sys_exit";
+    /// tp_btf on `kmem/rss_stat`: the memory pipeline.
+    pub const RSS_STAT: &str = "rss_stat";
     /// Empty programs on the same hooks, for the overhead benchmark's floor.
     pub const FLOOR_ENTER: &str = "floor_enter";
     pub const FLOOR_EXIT: &str = "floor_exit";
@@ -96,6 +110,8 @@ pub mod global_names {
     pub const EXIT_HAS_GROUP_DEAD: &str = "EXIT_HAS_GROUP_DEAD";
     /// [`crate::qos::Offsets`]: kernel struct offsets for the request model, from BTF.
     pub const QOS_OFFSETS: &str = "QOS_OFFSETS";
+    /// [`crate::mem::MemOffsets`]: `mm_struct` and `task_struct` offsets for `rss_stat`.
+    pub const MEM_OFFSETS: &str = "MEM_OFFSETS";
 }
 
 /// The control block userspace shares with the programs (the one value of the `CTL` array).

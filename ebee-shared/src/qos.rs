@@ -234,11 +234,16 @@ pub struct PinStat {
 }
 
 /// Per pinned process, across intervals (`QOS_PIN_STATE`, index `slot`): the next free
-/// histogram. Reset by userspace whenever the slot is given to a process.
+/// histogram, and the descriptor epoch. Reset by userspace whenever the slot is given to a
+/// process.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PinState {
     pub next_hist: u64,
+    /// Bumped when the process may have closed descriptors without a `close` the programs
+    /// saw (`close_range`, a successful `execve` closing close-on-exec descriptors): request
+    /// state made under an older epoch is checked against the descriptor table again.
+    pub fd_epoch: u64,
 }
 
 /// Per-CPU sequence of the QoS programs (`QOS_CPU`): odd while a `sys_exit` run of a pinned
@@ -260,20 +265,24 @@ pub const ROLE_OTHER: u32 = 3;
 pub const ROLE_MASK: u32 = 3;
 /// A request is open on the connection (received, not yet answered).
 pub const CONN_IN_REQUEST: u32 = 4;
+/// [`Conn::flags`] keeps the low 16 bits of [`PinState::fd_epoch`] from this bit up.
+pub const CONN_EPOCH_SHIFT: u32 = 16;
 
 /// Request-model state of one file descriptor of a pinned process (`QOS_CONNS`, LRU hash keyed
 /// by `(tgid << 32) | fd`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Conn {
-    /// Address of the `struct file` the fd referred to when this state was made: a different
-    /// file behind the same fd number makes the state stale.
+    /// Address of the `struct file` the fd referred to when this state was made. The state
+    /// is dropped when the descriptor is closed (`close`, `dup2`/`dup3` over it) and
+    /// rechecked against the descriptor table after a `close_range` or `execve`
+    /// ([`PinState::fd_epoch`]), so the hot path need not walk the table on every call.
     pub file: u64,
     /// End of the receive that opened the current request.
     pub start_ns: u64,
     /// Pin generation that made the state.
     pub gen_: u32,
-    /// Role and [`CONN_IN_REQUEST`].
+    /// Role, [`CONN_IN_REQUEST`], and the descriptor epoch ([`CONN_EPOCH_SHIFT`]).
     pub flags: u32,
 }
 
@@ -282,6 +291,11 @@ pub mod nr {
     pub const READ: u32 = 0;
     pub const WRITE: u32 = 1;
     pub const CLOSE: u32 = 3;
+    pub const DUP2: u32 = 33;
+    pub const EXECVE: u32 = 59;
+    pub const DUP3: u32 = 292;
+    pub const EXECVEAT: u32 = 322;
+    pub const CLOSE_RANGE: u32 = 436;
     pub const READV: u32 = 19;
     pub const WRITEV: u32 = 20;
     pub const SENDFILE: u32 = 40;

@@ -10,6 +10,7 @@ mod atomic;
 mod cpu;
 mod lifecycle;
 mod maps;
+mod mem;
 mod qos;
 
 pub use atomic::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add};

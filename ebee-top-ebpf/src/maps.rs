@@ -137,3 +137,42 @@ pub static QOS_OFFSETS: ebee_shared::qos::Offsets = ebee_shared::qos::Offsets {
     sk_num: 0,
     valid: 0,
 };
+
+// The memory pipeline (mem.rs); sizes in ebee_shared::mem.
+
+/// Per-CPU sequence of `rss_stat` runs (the interval handshake) and event count.
+#[map]
+pub static MEM_CPU: PerCpuArray<ebee_shared::mem::MemCpu> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU memory HashPipe sketches, one per interval parity.
+#[map]
+pub static MEM_SKETCH: PerCpuArray<ebee_shared::mem::MemSketch> =
+    PerCpuArray::with_max_entries(2, 0);
+
+/// Exact latest RSS reading per process, one map per interval parity (ground truth for tests
+/// and the precision benchmark; shrunk to one entry by the loader when not wanted).
+#[map]
+pub static MEM_SHADOW0: PerCpuHashMap<u32, ebee_shared::mem::MemShadow> =
+    PerCpuHashMap::with_max_entries(ebee_shared::mem::MEM_SHADOW_ENTRIES, 0);
+#[map]
+pub static MEM_SHADOW1: PerCpuHashMap<u32, ebee_shared::mem::MemShadow> =
+    PerCpuHashMap::with_max_entries(ebee_shared::mem::MEM_SHADOW_ENTRIES, 0);
+
+/// Every memory sketch update, in order per CPU (tests and benchmarks; shrunk when not wanted).
+#[map]
+pub static MEM_TRACE: RingBuf = RingBuf::with_byte_size(ebee_shared::mem::MEM_TRACE_BYTES, 0);
+
+/// `mm_struct`/`task_struct` offsets for `rss_stat` (set by the loader from BTF).
+#[unsafe(no_mangle)]
+pub static MEM_OFFSETS: ebee_shared::mem::MemOffsets = ebee_shared::mem::MemOffsets {
+    rss_count: 0,
+    counter_size: 0,
+    file: 0,
+    anon: 0,
+    shmem: 0,
+    swap: 0,
+    mm_owner: 0,
+    has_owner: 0,
+    task_mm: 0,
+    valid: 0,
+};

@@ -13,8 +13,9 @@ use aya_ebpf::{
 use ebee_shared::{
     ctl,
     qos::{
-        self, CONN_IN_REQUEST, Conn, MAX_PINS, NR_OTHER, NR_SLOTS, PinStat, ROLE_MASK,
-        ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, SYS_HISTS, THREAD_SLOTS, nr, pin_entry,
+        self, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, MAX_PINS, NR_OTHER, NR_SLOTS, PinStat,
+        ROLE_MASK, ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, SYS_HISTS, THREAD_SLOTS, nr,
+        pin_entry,
     },
 };
 
@@ -164,17 +165,17 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         nr::READ | nr::READV | nr::RECVFROM | nr::RECVMSG | nr::RECVMMSG if ret > 0 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            request_io(tgid, fd, gen_, false, now, pin);
+            request_io(tgid, fd, slot, gen_, false, now, pin);
         }
         nr::WRITE | nr::WRITEV | nr::SENDTO | nr::SENDMSG | nr::SENDMMSG | nr::SENDFILE
             if ret > 0 =>
         {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            request_io(tgid, fd, gen_, true, now, pin);
+            request_io(tgid, fd, slot, gen_, true, now, pin);
         }
         nr::ACCEPT | nr::ACCEPT4 if ret >= 0 => {
-            new_conn(tgid, ret as u32, gen_, ROLE_SERVER, pin);
+            new_conn(tgid, ret as u32, slot, gen_, ROLE_SERVER, pin);
             // SAFETY: a valid array value.
             unsafe { atomic_add(&raw mut (*pin).accepts, 1) };
         }
@@ -182,17 +183,28 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         nr::CONNECT if ret == 0 || ret == -115 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            new_conn(tgid, fd, gen_, ROLE_OTHER, pin);
+            new_conn(tgid, fd, slot, gen_, ROLE_OTHER, pin);
         }
         nr::LISTEN if ret == 0 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
             mark_listen(fd);
         }
-        nr::CLOSE if ret == 0 => {
+        // Linux frees the descriptor even when close fails, except for -EBADF.
+        nr::CLOSE if ret != -9 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
             let _ = QOS_CONNS.remove(conn_key(tgid, fd));
+        }
+        // The new descriptor replaced whatever that number held.
+        nr::DUP2 | nr::DUP3 if ret >= 0 => {
+            let _ = QOS_CONNS.remove(conn_key(tgid, ret as u32));
+        }
+        nr::CLOSE_RANGE | nr::EXECVE | nr::EXECVEAT if ret == 0 => {
+            if let Some(st) = QOS_PIN_STATE.get_ptr_mut(slot) {
+                // SAFETY: a valid array value.
+                unsafe { atomic_add(&raw mut (*st).fd_epoch, 1) };
+            }
         }
         _ => {}
     }
@@ -235,9 +247,13 @@ fn hist_of(slot: u32, nrs: usize, pin: *mut PinStat) -> usize {
 #[inline(always)]
 unsafe fn arg0(ctx: &BtfTracePointContext) -> u64 {
     let regs: *const u8 = ctx.arg(0);
-    let off = qos_offsets().regs_di as usize;
-    // SAFETY: `regs` is the syscall's pt_regs; the offset of `di` comes from the kernel's BTF.
-    unsafe { bpf_probe_read_kernel(regs.add(off) as *const u64) }.unwrap_or(u64::MAX)
+    // SAFETY: a valid static; volatile only stops constant folding (the verifier knows the
+    // value: `.rodata` is frozen before load).
+    let off = unsafe { core::ptr::read_volatile(&raw const QOS_OFFSETS.regs_di) } as usize;
+    // SAFETY: `regs` is the BTF-typed `struct pt_regs *` of the tracepoint and the offset of
+    // `di` comes from the kernel's BTF, so this is a direct load the verifier checks (no
+    // helper call, which costs more on every socket call of a pinned process).
+    unsafe { core::ptr::read_volatile(regs.add(off) as *const u64) }
 }
 
 #[inline(always)]
@@ -325,7 +341,7 @@ fn mark_listen(fd: u32) {
 
 /// Start following a descriptor with a known role (accept, connect).
 #[inline(always)]
-fn new_conn(tgid: u32, fd: u32, gen_: u32, role: u32, pin: *mut PinStat) {
+fn new_conn(tgid: u32, fd: u32, slot: u32, gen_: u32, role: u32, pin: *mut PinStat) {
     let file = fd_file(fd);
     if file == 0 {
         return;
@@ -334,7 +350,7 @@ fn new_conn(tgid: u32, fd: u32, gen_: u32, role: u32, pin: *mut PinStat) {
         file,
         start_ns: 0,
         gen_,
-        flags: role,
+        flags: role | epoch_bits(slot),
     };
     if QOS_CONNS.insert(conn_key(tgid, fd), c, 0).is_err() {
         // SAFETY: a valid array value.
@@ -342,24 +358,49 @@ fn new_conn(tgid: u32, fd: u32, gen_: u32, role: u32, pin: *mut PinStat) {
     }
 }
 
-/// A receive (`send == false`) or send that moved data on `fd`: the request model.
+/// The descriptor epoch of pin slot `slot`, placed where [`Conn::flags`] keeps it.
 #[inline(always)]
-fn request_io(tgid: u32, fd: u32, gen_: u32, send: bool, now: u64, pin: *mut PinStat) {
-    let file = fd_file(fd);
-    if file == 0 {
-        return;
+fn epoch_bits(slot: u32) -> u32 {
+    match QOS_PIN_STATE.get_ptr(slot) {
+        // SAFETY: a valid array value; a torn read only costs one extra table walk.
+        Some(st) => {
+            (unsafe { core::ptr::read_volatile(&raw const (*st).fd_epoch) } as u32)
+                << CONN_EPOCH_SHIFT
+        }
+        None => 0,
     }
+}
+
+/// A receive (`send == false`) or send that moved data on `fd`: the request model.
+///
+/// The state of a known descriptor is trusted without walking the descriptor table: it is
+/// dropped when the descriptor is closed, and an epoch catches closes the programs do not see
+/// one by one. Only a descriptor seen for the first time (or after such a close) pays for the
+/// walk and the socket classification.
+#[inline(always)]
+fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pin: *mut PinStat) {
     let key = conn_key(tgid, fd);
+    let epoch = epoch_bits(slot);
     let c = match QOS_CONNS.get_ptr_mut(key) {
         // SAFETY: a valid hash value; only threads of this process touch its keys.
-        Some(c) if unsafe { (*c).file == file && (*c).gen_ == gen_ } => c,
+        Some(c)
+            if unsafe {
+                (*c).gen_ == gen_ && ((*c).flags >> CONN_EPOCH_SHIFT) << CONN_EPOCH_SHIFT == epoch
+            } =>
+        {
+            c
+        }
         _ => {
-            // First sight of this descriptor (or another file behind the same number).
+            let file = fd_file(fd);
+            if file == 0 {
+                return;
+            }
+            // First sight of this descriptor (or of what it holds since a close).
             let fresh = Conn {
                 file,
                 start_ns: 0,
                 gen_,
-                flags: classify(file),
+                flags: classify(file) | epoch,
             };
             if QOS_CONNS.insert(key, fresh, 0).is_err() {
                 // SAFETY: a valid array value.

@@ -14,6 +14,44 @@ pub struct CpuRow {
     pub bins: Vec<u64>,
 }
 
+/// One process's resident memory (RES, as /proc/PID/status VmRSS: file + anon + shmem pages).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemRow {
+    pub pid: u32,
+    /// Resident bytes at the end of the interval (last known value when it did not change).
+    pub rss_bytes: u64,
+    /// Change of `rss_bytes` during the interval (0 when unchanged; the whole RSS for a
+    /// process first seen in the interval).
+    pub rss_delta_bytes: i64,
+}
+
+/// Counters of the memory pipeline for one interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemStats {
+    /// False when the kernel lacks the rss_stat tracepoint or the struct layout it needs
+    /// (then `mem` is empty).
+    pub available: bool,
+    /// rss_stat events seen (all CPUs).
+    pub events: u64,
+    /// Of them, readings recorded in the sketch (the others repeated their CPU's previous
+    /// reading of the same process in the interval).
+    pub recorded: u64,
+    /// Sketch entries evicted (their reading was lost for the interval).
+    pub evictions: u64,
+    /// Largest RSS among the evicted entries, bytes: below the k-th largest RSS shown, an
+    /// eviction cannot have changed the top k.
+    pub evicted_max_bytes: u64,
+    /// Events on an mm with neither an owner nor `current` as its user (exit teardown).
+    pub unattributed: u64,
+    /// Readings the exact shadow could not store (only with `--exact`).
+    pub shadow_full: u64,
+    /// CPUs still inside the memory program when the interval had to be read.
+    pub handshake_timeouts: u64,
+    /// Processes with a known RSS.
+    pub tracked: u64,
+}
+
 /// What we know of a process, from /proc or from its exit event.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcInfo {
@@ -96,7 +134,17 @@ pub struct Batch {
     pub cost: SelfCost,
     /// Syscall and request QoS of the pinned processes.
     pub qos: crate::batch_qos::QosBatch,
+    /// Resident memory: every process whose RSS changed in the interval plus the largest
+    /// ones (see `MEM_TOP_ROWS`), largest first.
+    pub mem: Vec<MemRow>,
+    /// The same from the exact shadow (only with `--exact`).
+    pub mem_exact: Option<Vec<MemRow>>,
+    pub mem_stats: MemStats,
 }
+
+/// Largest processes every Batch carries in `mem` even when their RSS did not change, so a
+/// consumer that starts at any batch (a replay from the middle) ranks them right at once.
+pub const MEM_TOP_ROWS: usize = 64;
 
 impl Batch {
     /// Length of the interval in ns.

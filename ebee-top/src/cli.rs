@@ -111,6 +111,12 @@ pub struct Cli {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub pids: Vec<u32>,
 
+    /// On exit, write how late each interval reached the screen (or stdout) as one JSON
+    /// object to FILE: p50/p90/p99/max from the kernel closing it to the Batch arriving
+    /// ("drain") and to its frame or line being written ("shown").
+    #[arg(long, value_name = "FILE")]
+    pub latency_report: Option<PathBuf>,
+
     /// Load the programs, print every eBPF map with the memory the kernel charges for it, and
     /// exit.
     #[arg(long)]
@@ -196,6 +202,8 @@ pub enum Table {
     Cpu,
     /// One row per process that ended.
     Exits,
+    /// One row per process shown per interval (the top K by resident memory).
+    Mem,
 }
 
 #[derive(Debug, Args)]

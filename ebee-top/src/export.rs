@@ -59,12 +59,19 @@ pub fn range<R: std::io::Read + std::io::Seek>(
     start..end.max(start)
 }
 
-/// One CSV field, quoted when it needs to be (RFC 4180).
+/// One CSV field, quoted when it needs to be (RFC 4180). Process names and command lines are
+/// chosen by whoever runs the process, so a field a spreadsheet would take for a formula
+/// (starting with `=`, `+`, `-`, `@`, tab or CR) gets a leading `'` and is read as text.
 fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        std::borrow::Cow::Owned(format!("'{s}"))
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    };
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
-        s.to_owned()
+        s.into_owned()
     }
 }
 
@@ -81,6 +88,7 @@ fn csv_header(out: &mut impl Write, t: Table) -> std::io::Result<()> {
         }
         Table::Cpu => "t_ms,seq,rank,pid,comm,cmdline,uid,kthread,cpu_ns,cpu_pct,exited",
         Table::Exits => "t_ms,seq,pid,comm,ts_ns",
+        Table::Mem => "t_ms,seq,rank,pid,comm,rss_bytes,rss_delta_bytes,growth_bytes_per_s",
     };
     writeln!(out, "{h}")
 }
@@ -126,6 +134,24 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
                     r.cpu_ns,
                     r.cpu_pct,
                     r.exited
+                )?;
+            }
+            Ok(())
+        }
+        Table::Mem => {
+            for (rank, e) in m.mem.sketch.top_rss(k).iter().enumerate() {
+                let comm = m.proc_info(e.pid).map_or("", |p| p.comm.as_str());
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{:.0}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    e.pid,
+                    csv_field(comm),
+                    e.rss_bytes,
+                    e.rss_delta_bytes,
+                    e.growth_per_s
                 )?;
             }
             Ok(())
@@ -205,5 +231,14 @@ mod tests {
         assert_eq!(csv_field("plain"), "plain");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\"\n"), "\"say \"\"hi\"\"\n\"");
+    }
+
+    #[test]
+    fn csv_fields_never_start_a_formula() {
+        assert_eq!(csv_field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        assert_eq!(csv_field("+1"), "'+1");
+        assert_eq!(csv_field("-c"), "'-c");
+        assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_field("bash -c x"), "bash -c x");
     }
 }

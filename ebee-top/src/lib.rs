@@ -8,6 +8,7 @@ pub mod cli;
 pub mod exit;
 pub mod export;
 pub mod host;
+pub mod latency;
 pub mod model;
 pub mod output;
 pub mod preflight;

@@ -123,6 +123,30 @@ fn json_qos(m: &Model) -> Vec<JsonQos> {
 }
 
 #[derive(Serialize)]
+struct JsonMem {
+    pid: u32,
+    comm: String,
+    rss_bytes: u64,
+    rss_delta_bytes: i64,
+    growth_bytes_per_s: f64,
+}
+
+fn json_mem(m: &Model, rows: Vec<crate::model::mem::MemEntry>) -> Vec<JsonMem> {
+    rows.into_iter()
+        .map(|e| JsonMem {
+            pid: e.pid,
+            comm: m
+                .proc_info(e.pid)
+                .map(|p| p.comm.clone())
+                .unwrap_or_default(),
+            rss_bytes: e.rss_bytes,
+            rss_delta_bytes: e.rss_delta_bytes,
+            growth_bytes_per_s: e.growth_per_s.round(),
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
 struct JsonLine<'a> {
     t_ms: u64,
     interval_ms: u64,
@@ -137,6 +161,11 @@ struct JsonLine<'a> {
     dropped: &'a Dropped,
     cost: &'a SelfCost,
     qos: Vec<JsonQos>,
+    mem: Vec<JsonMem>,
+    mem_growth: Vec<JsonMem>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mem_exact: Option<Vec<JsonMem>>,
+    mem_stats: &'a crate::batch::MemStats,
 }
 
 fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
@@ -169,6 +198,10 @@ pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         dropped: &b.dropped,
         cost: &b.cost,
         qos: json_qos(m),
+        mem: json_mem(m, m.mem.sketch.top_rss(k)),
+        mem_growth: json_mem(m, m.mem.sketch.top_growth(k)),
+        mem_exact: m.mem.exact.as_ref().map(|e| json_mem(m, e.top_rss(k))),
+        mem_stats: &b.mem_stats,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")
@@ -206,8 +239,60 @@ pub fn write_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
             if r.exited { " (exited)" } else { "" }
         )?;
     }
+    write_mem_text(out, m, k)?;
     write_qos_text(out, m)?;
     writeln!(out)
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Resident memory: the largest processes, then the fastest growing of the last interval.
+fn write_mem_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {
+    let Some(b) = m.latest() else { return Ok(()) };
+    if !m.mem.available {
+        return Ok(());
+    }
+    let st = &b.mem_stats;
+    writeln!(
+        out,
+        "{:>7} {:>10} {:>10} {:>11}  COMMAND (memory: {} processes, {} rss_stat events, {} evictions)",
+        "PID", "RES(MiB)", "DELTA(MiB)", "GROW(MiB/s)", st.tracked, st.events, st.evictions
+    )?;
+    let name = |pid: u32| {
+        m.proc_info(pid)
+            .map(|p| p.comm.clone())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "?".into())
+    };
+    for e in m.mem.sketch.top_rss(k) {
+        writeln!(
+            out,
+            "{:>7} {:>10.1} {:>+10.1} {:>11.1}  {}",
+            e.pid,
+            e.rss_bytes as f64 / MIB,
+            e.rss_delta_bytes as f64 / MIB,
+            e.growth_per_s / MIB,
+            name(e.pid)
+        )?;
+    }
+    let growth: Vec<String> = m
+        .mem
+        .sketch
+        .top_growth(5)
+        .into_iter()
+        .map(|e| {
+            format!(
+                "{} {} +{:.1}MiB",
+                e.pid,
+                name(e.pid),
+                e.rss_delta_bytes as f64 / MIB
+            )
+        })
+        .collect();
+    if !growth.is_empty() {
+        writeln!(out, "{:>7}   growing: {}", "", growth.join(", "))?;
+    }
+    Ok(())
 }
 
 fn ms(v: Option<f64>) -> String {
@@ -283,7 +368,7 @@ pub fn fmt_wall(t_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::{Batch, CpuRow, ProcInfo};
+    use crate::batch::{Batch, CpuRow, MemRow, MemStats, ProcInfo};
 
     fn model() -> Model {
         let mut m = Model::new();
@@ -303,6 +388,23 @@ mod tests {
                 comm: "burn\"er".into(),
                 ..Default::default()
             }],
+            mem: vec![
+                MemRow {
+                    pid: 42,
+                    rss_bytes: 300 << 20,
+                    rss_delta_bytes: 64 << 20,
+                },
+                MemRow {
+                    pid: 43,
+                    rss_bytes: 10 << 20,
+                    rss_delta_bytes: 0,
+                },
+            ],
+            mem_stats: MemStats {
+                available: true,
+                tracked: 2,
+                ..Default::default()
+            },
             ..Default::default()
         });
         m
@@ -322,6 +424,16 @@ mod tests {
         assert_eq!(v["cpu"][0]["cpu_pct"], 50.0);
         assert!(v["dropped"]["sketch_evicted_ns"].is_u64());
         assert!(v.get("cpu_exact").is_none());
+        assert_eq!(v["mem"][0]["pid"], 42);
+        assert_eq!(v["mem"][0]["comm"], "burn\"er");
+        assert_eq!(v["mem"][0]["rss_bytes"], 300u64 << 20);
+        assert_eq!(v["mem"][0]["rss_delta_bytes"], 64u64 << 20);
+        // 64 MiB in 50 ms.
+        assert_eq!(v["mem"][0]["growth_bytes_per_s"], 1_342_177_280.0);
+        assert_eq!(v["mem"][1]["pid"], 43);
+        assert_eq!(v["mem_growth"].as_array().map(Vec::len), Some(1));
+        assert_eq!(v["mem_stats"]["available"], true);
+        assert!(v.get("mem_exact").is_none());
     }
 
     #[test]
@@ -331,6 +443,11 @@ mod tests {
         let s = String::from_utf8(out).unwrap();
         assert!(s.contains("PID"));
         assert!(s.lines().any(|l| l.contains("42") && l.contains("50.0")));
+        assert!(s.contains("RES(MiB)"));
+        assert!(
+            s.lines()
+                .any(|l| l.contains("42") && l.contains("300.0") && l.contains("+64.0"))
+        );
     }
 
     #[test]

@@ -496,7 +496,7 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
         });
     }
     spawn(replay, tx.clone(), ctl_rx)?;
-    crate::run::run_ui(app, tx, rx, |e| {
+    crate::run::run_ui(app, tx, rx, None, |e| {
         if let Effect::Replay(c) = e {
             let _ = ctl_tx.send(c);
         }

@@ -60,6 +60,13 @@ fn print_maps(cli: &Cli) -> anyhow::Result<()> {
         )?;
     }
     writeln!(out, "{:<14} {:>54}", "total", total)?;
+    // The memory pipeline's own share (its maps are the ones named MEM_*).
+    let mem: u64 = maps
+        .iter()
+        .filter(|m| m.name.starts_with("MEM_"))
+        .map(|m| m.memlock)
+        .sum();
+    writeln!(out, "{:<14} {:>54}", "of it MEM_*", mem)?;
     writeln!(
         out,
         "({} possible CPUs; per-CPU maps are charged once per CPU)",
@@ -124,15 +131,17 @@ fn batch(cli: &Cli) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let k = cli.top as usize;
     let mut n = 0u64;
+    let mut latency = crate::latency::Latency::new();
     while !quit.load(std::sync::atomic::Ordering::Relaxed) {
         let Some(b) = source.next_batch()? else { break };
+        latency.drained(b.end_ns, crate::latency::monotonic_ns());
         model.ingest(&b);
         let r = match cli.format {
             Format::Json => output::write_json(&mut out, &model, k),
             Format::Text => output::write_text(&mut out, &model, k),
         };
         match r.and_then(|()| out.flush()) {
-            Ok(()) => {}
+            Ok(()) => latency.shown(b.end_ns, crate::latency::monotonic_ns()),
             // The reader went away (`| head`): that is a normal end.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
             Err(e) => return Err(e).context("writing output"),
@@ -144,6 +153,9 @@ fn batch(cli: &Cli) -> anyhow::Result<()> {
     }
     if let Some(r) = recorder {
         r.finish();
+    }
+    if let Some(path) = &cli.latency_report {
+        latency.write_report(path)?;
     }
     Ok(())
 }
@@ -202,7 +214,7 @@ fn interactive(cli: &Cli) -> anyhow::Result<()> {
             ..Default::default()
         });
     }
-    let r = run_ui(app, tx, rx, |e| match e {
+    let r = run_ui(app, tx, rx, cli.latency_report.as_deref(), |e| match e {
         Effect::SetInterval(d) => {
             let _ = ctl_tx.send(Ctl::Interval(d));
         }
@@ -222,13 +234,17 @@ fn interactive(cli: &Cli) -> anyhow::Result<()> {
 
 /// The interactive screen, whatever feeds it: signals and input become messages, `update`
 /// decides, the screen is redrawn when something changed. Effects other than redraw and quit
-/// go to `on_effect`. The terminal is restored before this returns.
+/// go to `on_effect`. The terminal is restored before this returns. With `latency_report`
+/// (live only: replayed intervals ended long ago), how late each interval's frame was is
+/// written there on the way out.
 pub(crate) fn run_ui(
     mut app: App,
     tx: mpsc::Sender<Msg>,
     rx: mpsc::Receiver<Msg>,
+    latency_report: Option<&std::path::Path>,
     mut on_effect: impl FnMut(Effect),
 ) -> anyhow::Result<()> {
+    let mut latency = crate::latency::Latency::new();
     spawn_signals(tx.clone())?;
     let mut tui = crate::tui::Tui::enter().context("setting up the terminal")?;
     spawn_input(tx.clone())?;
@@ -240,6 +256,13 @@ pub(crate) fn run_ui(
         .draw(|f| crate::view::render(&app, f))
         .context("drawing")?;
     while let Ok(msg) = rx.recv() {
+        let interval_end = match &msg {
+            Msg::Batch(b) => {
+                latency.drained(b.end_ns, crate::latency::monotonic_ns());
+                Some(b.end_ns)
+            }
+            _ => None,
+        };
         match app.update(msg) {
             Effect::None => continue,
             Effect::Quit => break,
@@ -263,8 +286,15 @@ pub(crate) fn run_ui(
         tui.terminal
             .draw(|f| crate::view::render(&app, f))
             .context("drawing")?;
+        if let Some(end) = interval_end {
+            // `draw` has flushed the changed cells to the terminal.
+            latency.shown(end, crate::latency::monotonic_ns());
+        }
     }
     drop(tui);
+    if let Some(path) = latency_report {
+        latency.write_report(path)?;
+    }
     match app.error {
         Some(e) => Err(anyhow::anyhow!(e)),
         None => Ok(()),

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use ebee_shared::lifecycle::{EVENT_EXEC, EVENT_EXIT};
 
-use crate::batch::{Batch, CpuRow, Dropped, Exit, SelfCost};
+use crate::batch::{Batch, CpuRow, Dropped, Exit, MEM_TOP_ROWS, MemStats, SelfCost};
+use crate::probes::mem::MemTable;
 use crate::probes::{CpuCharge, ProbeConfig, Probes};
 use crate::procinfo::{ProcCache, comm_str};
 
@@ -32,6 +33,9 @@ pub struct Live {
     cost: CostMeter,
     /// Cumulative QoS handshake timeouts at the last drain.
     qos_timeouts: u64,
+    /// Last-known RSS per process from the sketch, and from the exact shadow (`--exact`).
+    mem: MemTable,
+    mem_exact: Option<MemTable>,
 }
 
 /// Differences of ebee-top's own CPU clock and of its programs' BPF run time between ticks.
@@ -60,7 +64,21 @@ impl Live {
         // The interval open since loading includes the attach itself; close and discard it so
         // the first reported interval starts with everything attached.
         probes.drain()?;
+        // Seed every process's RSS once, after attaching: a change after this read arrives as
+        // an event in the first interval, and the last event of a process always carries a
+        // value at least as new as this read (every counter change fires one).
+        let mut mem = MemTable::new(probes.page_size());
+        let mut mem_exact = cfg.shadow.then(|| MemTable::new(probes.page_size()));
+        if probes.mem_available() {
+            let seed = crate::probes::mem::proc_rss(probes.page_size());
+            if let Some(e) = mem_exact.as_mut() {
+                e.seed(seed.iter().copied());
+            }
+            mem.seed(seed);
+        }
         Ok(Self {
+            mem,
+            mem_exact,
             probes,
             procs: ProcCache::new(),
             interval,
@@ -109,18 +127,30 @@ impl Source for Live {
         if self.deadline < Instant::now() {
             self.deadline = Instant::now() + self.interval;
         }
-        let raw = self.probes.drain().context("draining the kernel maps")?;
+        let mut raw = self.probes.drain().context("draining the kernel maps")?;
         self.seq += 1;
 
         if raw.lifecycle_lost != self.lifecycle_lost {
             // Lost exec/exit events: cached names may belong to dead processes.
             self.procs.clear();
         }
+        // Memory: fold this interval's readings in before the exits, which then forget the
+        // processes that ended.
+        let mem_raw = raw.mem.take().unwrap_or_default();
+        let mem_changes = self.mem.apply(&mem_raw.readings);
+        let mem_exact_changes = match (self.mem_exact.as_mut(), mem_raw.exact.as_ref()) {
+            (Some(t), Some(e)) => Some(t.apply(e)),
+            _ => None,
+        };
         let mut exits = Vec::new();
         for ev in &raw.lifecycle {
             match ev.kind {
                 EVENT_EXEC => self.procs.on_exec(ev.tgid),
                 EVENT_EXIT => {
+                    self.mem.exit(ev.tgid);
+                    if let Some(t) = self.mem_exact.as_mut() {
+                        t.exit(ev.tgid);
+                    }
                     self.procs.on_exit(ev.tgid, comm_str(&ev.comm));
                     exits.push(Exit {
                         pid: ev.tgid,
@@ -137,6 +167,15 @@ impl Source for Live {
         let cpu_exact = raw.exact.as_ref().map(|e| self.rows(e, nbins));
         let mut pids: Vec<u32> = cpu.iter().map(|r| r.pid).collect();
         if let Some(e) = &cpu_exact {
+            pids.extend(e.iter().map(|r| r.pid));
+        }
+        let mem = self.mem.rows(&mem_changes, MEM_TOP_ROWS);
+        let mem_exact = match (&self.mem_exact, &mem_exact_changes) {
+            (Some(t), Some(c)) => Some(t.rows(c, MEM_TOP_ROWS)),
+            _ => None,
+        };
+        pids.extend(mem.iter().map(|r| r.pid));
+        if let Some(e) = &mem_exact {
             pids.extend(e.iter().map(|r| r.pid));
         }
         pids.extend(exits.iter().map(|e| e.pid));
@@ -196,6 +235,22 @@ impl Source for Live {
             },
             cost,
             qos,
+            mem,
+            mem_exact,
+            mem_stats: MemStats {
+                available: self.probes.mem_available(),
+                events: mem_raw.events,
+                recorded: mem_raw.updates,
+                evictions: mem_raw.evictions,
+                evicted_max_bytes: ebee_shared::mem::pages_to_bytes(
+                    mem_raw.evicted_max_pages,
+                    self.probes.page_size(),
+                ),
+                unattributed: mem_raw.unattributed,
+                shadow_full: mem_raw.shadow_full,
+                handshake_timeouts: mem_raw.handshake_timeouts,
+                tracked: self.mem.len() as u64,
+            },
         };
         self.lifecycle_lost = raw.lifecycle_lost;
         self.pins = self.probes.pinned();

@@ -73,8 +73,48 @@ fn text_batch_mode_prints_a_table() {
     }
     let (code, out, err) = ebee_top(&["-b", "-n", "2", "-d", "0.1"]);
     assert_eq!(code, 0, "stderr: {err}");
-    assert_eq!(out.matches("PID").count(), 2);
-    assert!(out.contains("%CPU"));
+    assert_eq!(out.matches("%CPU").count(), 2);
+    // And the resident-memory block of each interval.
+    assert_eq!(out.matches("RES(MiB)").count(), 2);
+}
+
+#[test]
+fn print_maps_lists_every_map_with_its_memory() {
+    if !privileged("print_maps_lists_every_map_with_its_memory") {
+        return;
+    }
+    let (code, out, err) = ebee_top(&["--print-maps"]);
+    assert_eq!(code, 0, "stderr: {err}");
+    // Maps of programs that load only when something is pinned are charged too.
+    for name in ["CPU_SKETCH", "CTL", "LIFECYCLE", "QOS_HIST", "QOS_CONNS"] {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{out}"));
+        let bytes: u64 = line
+            .split_whitespace()
+            .last()
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(0);
+        assert!(bytes > 0, "{line}");
+    }
+    let total: u64 = out
+        .lines()
+        .find(|l| l.starts_with("total"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|b| b.parse().ok())
+        .expect("a total line");
+    let sum: u64 = out
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("total"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .last()
+                .and_then(|b| b.parse::<u64>().ok())
+        })
+        .sum();
+    assert_eq!(total, sum);
 }
 
 #[test]

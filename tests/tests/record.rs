@@ -157,6 +157,11 @@ fn export_prints_what_batch_mode_printed() {
     let (code, cpu, _) = ebee_top(&["export", fs, "--format", "csv", "--table", "cpu", "-k", "3"]);
     assert_eq!(code, 0);
     assert!(cpu.lines().count() > 40 && cpu.lines().count() <= 121);
+    // Resident memory: the top 3 of every interval (the machine always has 3 processes).
+    let (code, mem, _) = ebee_top(&["export", fs, "--format", "csv", "--table", "mem", "-k", "3"]);
+    assert_eq!(code, 0);
+    assert!(mem.starts_with("t_ms,seq,rank,pid,comm,rss_bytes,rss_delta_bytes"));
+    assert_eq!(mem.lines().count(), 1 + 40 * 3);
 }
 
 #[test]

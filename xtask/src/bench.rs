@@ -284,7 +284,222 @@ fn precision(procs: u32, churn: u32) -> Result<()> {
         }
     }
     print!("{body}");
-    write_section("precision", &body)
+    write_section("precision", &body)?;
+    drop(_w);
+    mem_precision(procs)
+}
+
+/// Memory sketch precision and cost, on `ebee-load mem-mix` (written to its own section).
+fn mem_precision(procs: u32) -> Result<()> {
+    let runs = [(50u64, 400u32), (1000, 20)];
+    // Each run measures its intervals with the shadow, then up to 100 more without it.
+    let total_s: u64 = runs
+        .iter()
+        .map(|(ms, n)| ms * u64::from(*n + (*n).min(100)))
+        .sum::<u64>()
+        / 1000
+        + 20;
+    let top_mib = 256;
+    let _w = workload(&[
+        "mem-mix",
+        "--procs",
+        &procs.to_string(),
+        "--top-mib",
+        &top_mib.to_string(),
+        "--seconds",
+        &total_s.to_string(),
+    ])?;
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let mut body = String::new();
+    writeln!(body, "## Memory sketch precision and cost\n")?;
+    writeln!(
+        body,
+        "Command: `cargo xtask bench precision --procs {procs}` (runs after the CPU tables)  "
+    )?;
+    writeln!(body, "Machine: {}  ", machine())?;
+    writeln!(
+        body,
+        "Workload: `ebee-load mem-mix`: {procs} processes holding Zipf-skewed anonymous memory \
+         (process i about {top_mib} MiB / i), each moving at random between half and one and a \
+         half of its share every 50-300 ms (touching pages in, or MADV_DONTNEED), so ranks cross \
+         all the time. Precision@k per interval of the sketch's ranking (last-known RSS fed by \
+         the sketch) against the same ranking fed by the exact per-process shadow, tie-aware; \
+         by RES and by growth in the interval (k counted only when at least k processes grew). \
+         Cost: the `rss_stat` program's run time per run from the kernel's BPF statistics \
+         (run_time_ns / run_cnt), with the shadow and without it (the default). This machine \
+         was also running other builds while measured.\n"
+    )?;
+    writeln!(
+        body,
+        "| interval | events/s | recorded/interval | changed/interval | evictions | ranking | k=1 | k=5 | k=10 | k=20 | k=30 |"
+    )?;
+    writeln!(body, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let mut last = Value::Null;
+    for (ms, n) in runs {
+        let v = ebee_bench(&[
+            "mem-precision",
+            "--interval-ms",
+            &ms.to_string(),
+            "--intervals",
+            &n.to_string(),
+        ])?;
+        for what in ["res", "growth"] {
+            writeln!(
+                body,
+                "| {ms} ms x {n} | {:.0} | {:.0} | {:.1} | {} | {} | {} |",
+                v["events_per_s"].as_f64().unwrap_or(0.0),
+                v["recorded_per_interval"].as_f64().unwrap_or(0.0),
+                v["changed_per_interval"].as_f64().unwrap_or(0.0),
+                v["evictions"],
+                if what == "res" { "RES" } else { "growth" },
+                precision_row(&v[what])
+            )?;
+        }
+        if ms == 50 {
+            last = v;
+        }
+    }
+    let v = &last;
+    writeln!(body)?;
+    writeln!(
+        body,
+        "Sketch shapes, 50 ms run: the kernel's own update trace of the same intervals replayed \
+         through the same `hashpipe::update` in userspace (the default shape's replay matched \
+         the kernel's readings in {} of {} intervals).\n",
+        v["intervals"].as_u64().unwrap_or(0) - v["replay_mismatches"].as_u64().unwrap_or(0),
+        v["intervals"]
+    )?;
+    writeln!(
+        body,
+        "| sketch | stages x slots | bytes ({} CPUs, 2 intervals) | ranking | k=1 | k=5 | k=10 | k=20 | k=30 |",
+        v["ncpus"]
+    )?;
+    writeln!(body, "|---|---|---|---|---|---|---|---|---|")?;
+    for what in ["res", "growth"] {
+        writeln!(
+            body,
+            "| **kernel (default)** | {} x {} | {} | {} | {} |",
+            v["stages"],
+            v["slots"],
+            v["sketch_bytes"],
+            if what == "res" { "RES" } else { "growth" },
+            precision_row(&v[what])
+        )?;
+    }
+    for sh in v["sweep"].as_array().into_iter().flatten() {
+        for what in ["res", "growth"] {
+            writeln!(
+                body,
+                "| replay | {} x {} | {} | {} | {} |",
+                sh["stages"],
+                sh["slots"],
+                sh["sketch_bytes"],
+                if what == "res" { "RES" } else { "growth" },
+                precision_row(&sh[what])
+            )?;
+        }
+    }
+    writeln!(body)?;
+    if v["trace_lost"].as_u64().unwrap_or(0) > 0 {
+        writeln!(
+            body,
+            "Warning: {} trace records were lost; the sweep rows undercount.\n",
+            v["trace_lost"]
+        )?;
+    }
+    writeln!(
+        body,
+        "Sketch: {} stages x {} slots of {} bytes per CPU and interval parity \
+         ({} bytes per value).\n",
+        v["stages"], v["slots"], 24, v["sketch_value_bytes"]
+    )?;
+    writeln!(
+        body,
+        "| rss_stat cost (50 ms run) | ns per event |\n|---|---|\n| default (no shadow) | {:.1} |\n| with the exact shadow | {:.1} |\n",
+        v["ns_per_event"].as_f64().unwrap_or(f64::NAN),
+        v["ns_per_event_with_shadow"].as_f64().unwrap_or(f64::NAN)
+    )?;
+    writeln!(
+        body,
+        "Memory maps as the kernel charges them (`memlock`, {} possible CPUs; the shadow maps \
+         exist at this size only with `--exact`, otherwise one entry each, and the trace only \
+         in tests and benchmarks, otherwise one page):\n",
+        v["ncpus"]
+    )?;
+    writeln!(
+        body,
+        "| map | type | value bytes | entries | memlock bytes |"
+    )?;
+    writeln!(body, "|---|---|---|---|---|")?;
+    for m in v["maps"].as_array().into_iter().flatten() {
+        writeln!(
+            body,
+            "| {} | {} | {} | {} | {} |",
+            m["name"].as_str().unwrap_or(""),
+            m["kind"].as_str().unwrap_or(""),
+            m["value_size"],
+            m["max_entries"],
+            m["memlock"]
+        )?;
+    }
+    writeln!(body)?;
+    // What the memory pipeline costs in the default configuration, as `--print-maps` sums it.
+    let as_root = |args: &[&str]| {
+        let mut c = if util::is_root() {
+            Command::new(bin("ebee-top"))
+        } else {
+            let mut c = Command::new("sudo");
+            c.arg(bin("ebee-top"));
+            c
+        };
+        c.args(args);
+        output(&mut c)
+    };
+    if let Some(line) = as_root(&["--print-maps"]).and_then(|t| {
+        t.lines()
+            .find(|l| l.starts_with("of it MEM_*"))
+            .map(str::to_owned)
+    }) {
+        let bytes = line.trim_start_matches("of it MEM_*").trim();
+        writeln!(
+            body,
+            "Default configuration (`ebee-top --print-maps`, no `--exact`): the memory \
+             pipeline's maps take {bytes} bytes in all (eHashPipe's memory sketch: 1.2 MB).\n"
+        )?;
+    }
+    drop(_w);
+
+    // Wall clock: a page-fault loop with no monitor and with ebee-top loaded, interleaved.
+    let runs = 7;
+    let tmp = std::env::temp_dir().join("ebee-bench-faults.jsonl");
+    let (mut bare, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        bare.push(faults()?);
+        let m = monitor(&["--no-bpf-stats"], &tmp)?;
+        with.push(faults()?);
+        drop(m);
+    }
+    let _ = std::fs::remove_file(&tmp);
+    let (b, w) = (median(bare), median(with));
+    writeln!(
+        body,
+        "Page-fault loop (`ebee-load faults --mib 64 --rounds 20`: map 64 MiB, touch every page, \
+         unmap; one rss_stat event per page faulted in, a few per unmap), median of {runs} runs \
+         interleaved, on a quiet workload: {b:.0} ns per page with no monitor, {w:.0} ns with \
+         `ebee-top -b --no-bpf-stats` loaded: {:+.0} ns per page ({:+.1}%), the whole added cost \
+         of an event including the tracepoint's dispatch to the program.\n",
+        w - b,
+        (w - b) / b * 100.0
+    )?;
+    print!("{body}");
+    write_section("mem-precision", &body)
+}
+
+fn faults() -> Result<f64> {
+    let s =
+        output(Command::new(bin("ebee-load")).args(["faults", "--mib", "64", "--rounds", "20"]))
+            .context("ebee-load faults failed")?;
+    s.parse().context("parsing faults output")
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {

@@ -61,22 +61,111 @@ impl Htop {
 }
 impl Drop for Htop {
     fn drop(&mut self) {
-        let _ = Command::new("tmux").args(["kill-server"]).status();
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", "ebee-htop"])
+            .status();
     }
 }
 
-/// (monitor CPU ns over `secs`, eBPF run ns for ebee-top) for one monitor.
-fn measure(monitor: &str, secs: u64, json: &Path) -> Result<(u64, Option<u64>)> {
+/// ebee-top's interactive screen in a 200x50 tmux pane, quit with `q` when dropped.
+struct Screen {
+    session: &'static str,
+}
+impl Screen {
+    fn start(session: &'static str, latency: &Path) -> Result<(Self, u32)> {
+        let _ = std::fs::remove_file(latency);
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", session])
+            .status();
+        let cmd = format!(
+            "{} -d 0.05 --latency-report {}",
+            bin("ebee-top").display(),
+            latency.display()
+        );
+        util::status(Command::new("tmux").args([
+            "new-session",
+            "-d",
+            "-s",
+            session,
+            "-x",
+            "200",
+            "-y",
+            "50",
+            &cmd,
+        ]))?;
+        std::thread::sleep(Duration::from_millis(500));
+        let pid =
+            output(Command::new("tmux").args(["list-panes", "-t", session, "-F", "#{pane_pid}"]))
+                .and_then(|s| s.lines().next().and_then(|l| l.trim().parse().ok()))
+                .context("ebee-top pane pid")?;
+        Ok((Self { session }, pid))
+    }
+}
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["send-keys", "-t", self.session, "q"])
+            .status();
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", self.session])
+            .status();
+    }
+}
+
+/// What one monitor cost over the measured window, and for ebee-top how late its intervals
+/// reached stdout or the screen (its `--latency-report`).
+struct Measured {
+    cpu_ns: u64,
+    bpf_ns: Option<u64>,
+    latency: Option<Value>,
+}
+
+/// Sum of `cost.bpf_ns` over the measured window of a JSON Lines output (after the 2 s
+/// warm-up: 40 intervals).
+fn bpf_ns_of(json: &Path, secs: u64) -> u64 {
+    let text = std::fs::read_to_string(json).unwrap_or_default();
+    text.lines()
+        .skip(40)
+        .take((secs * 20) as usize)
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["cost"]["bpf_ns"].as_u64())
+        .sum()
+}
+
+fn read_latency(path: &Path) -> Option<Value> {
+    for _ in 0..30 {
+        if let Some(v) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+        {
+            return Some(v);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// One monitor: `ebee-top` (batch, JSON), `ebee-top-screen` (interactive, in tmux), `top`
+/// or `htop`.
+fn measure(monitor: &str, secs: u64, json: &Path) -> Result<Measured> {
+    let latency = std::env::temp_dir().join(format!("ebee-scale-latency-{monitor}.json"));
+    let _ = std::fs::remove_file(&latency);
     let (guard, pid): (Box<dyn std::any::Any>, u32) = match monitor {
         "ebee-top" => {
             let f = std::fs::File::create(json)?;
             let c = Command::new(bin("ebee-top"))
-                .args(["-b", "--format", "json", "-d", "0.05"])
+                .args(["-b", "--format", "json", "-d", "0.05", "--latency-report"])
+                .arg(&latency)
                 .stdout(f)
                 .stdin(Stdio::null())
                 .spawn()?;
             let pid = c.id();
             (Box::new(Workload(c)), pid)
+        }
+        "ebee-top-screen" => {
+            let (s, pid) = Screen::start("ebee-screen", &latency)?;
+            (Box::new(s), pid)
         }
         "top" => {
             let w = spawn_quiet(Command::new("top").args(["-b", "-d", "0.05"]))?;
@@ -94,25 +183,24 @@ fn measure(monitor: &str, secs: u64, json: &Path) -> Result<(u64, Option<u64>)> 
     std::thread::sleep(Duration::from_secs(secs));
     let b = proc_cpu_ns(pid).context("monitor CPU")?;
     let wall = t_start.elapsed();
+    if monitor == "ebee-top" {
+        // SIGTERM, not SIGKILL: ebee-top writes its latency report on the way out.
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        std::thread::sleep(Duration::from_millis(500));
+    }
     drop(guard);
     let cpu = (b - a) as f64 * secs as f64 / wall.as_secs_f64();
-    let bpf = if monitor == "ebee-top" {
-        // Lines written during the measured window (skip the 2 s warm-up: 40 intervals).
-        let text = std::fs::read_to_string(json).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let n = (secs * 20) as usize;
-        let sum: u64 = lines
-            .iter()
-            .skip(40)
-            .take(n)
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter_map(|v| v["cost"]["bpf_ns"].as_u64())
-            .sum();
-        Some(sum)
-    } else {
-        None
-    };
-    Ok((cpu as u64, bpf))
+    let bpf_ns = (monitor == "ebee-top").then(|| bpf_ns_of(json, secs));
+    let latency = monitor
+        .starts_with("ebee-top")
+        .then(|| read_latency(&latency))
+        .flatten();
+    Ok(Measured {
+        cpu_ns: cpu as u64,
+        bpf_ns,
+        latency,
+    })
 }
 
 pub fn run(secs: u64) -> Result<()> {
@@ -151,6 +239,7 @@ pub fn run(secs: u64) -> Result<()> {
     )?;
     writeln!(body, "| processes | monitor | process CPU | eBPF | total |")?;
     writeln!(body, "|---|---|---|---|---|")?;
+    let mut latencies = Vec::new();
     let mut busy = Vec::new();
     for _ in 0..50 {
         busy.push(workload(&["burn", "--duty", "0.02", "--period-ms", "10"])?);
@@ -158,8 +247,12 @@ pub fn run(secs: u64) -> Result<()> {
     for n in [1000u32, 10_000] {
         let idle = workload(&["idle", "--procs", &n.to_string()])?;
         std::thread::sleep(Duration::from_secs(if n > 5000 { 8 } else { 3 }));
-        for monitor in ["ebee-top", "top", "htop"] {
-            let (cpu, bpf) = measure(monitor, secs, &json)?;
+        for monitor in ["ebee-top", "ebee-top-screen", "top", "htop"] {
+            let m = measure(monitor, secs, &json)?;
+            if let Some(l) = m.latency {
+                latencies.push((n, monitor, l));
+            }
+            let (cpu, bpf) = (m.cpu_ns, m.bpf_ns);
             let pct = |ns: u64| ns as f64 / (secs as f64 * 1e9) * 100.0;
             let total = cpu + bpf.unwrap_or(0);
             writeln!(
@@ -175,6 +268,38 @@ pub fn run(secs: u64) -> Result<()> {
         std::thread::sleep(Duration::from_secs(2));
     }
     drop(busy);
+    writeln!(
+        body,
+        "\n`ebee-top-screen` is the interactive screen (`-d 0.05`) in a 200x50 tmux pane; its \
+         eBPF programs are the same as in batch mode.\n"
+    )?;
+
+    // 1b. How late the numbers reach the user.
+    writeln!(body, "### Drain and draw latency\n")?;
+    writeln!(
+        body,
+        "From the kernel closing an interval (the flip's `CLOCK_MONOTONIC` time) to the Batch \
+         reaching the consumer (drain) and to its line on stdout (batch) or its frame written to \
+         the terminal (screen), from ebee-top's `--latency-report`, over the runs above.\n"
+    )?;
+    writeln!(
+        body,
+        "| processes | mode | intervals | drain p50 | drain p99 | shown p50 | shown p99 | shown max |"
+    )?;
+    writeln!(body, "|---|---|---|---|---|---|---|---|")?;
+    for (n, monitor, l) in &latencies {
+        let us = |v: &Value| v.as_f64().map_or("-".into(), |x| format!("{x:.0} us"));
+        writeln!(
+            body,
+            "| {n} | {monitor} | {} | {} | {} | {} | {} | {} |",
+            l["shown"]["count"],
+            us(&l["drain"]["p50_us"]),
+            us(&l["drain"]["p99_us"]),
+            us(&l["shown"]["p50_us"]),
+            us(&l["shown"]["p99_us"]),
+            us(&l["shown"]["max_us"]),
+        )?;
+    }
 
     // 2. A storm of short-lived processes.
     writeln!(body, "\n### Short-lived processes\n")?;

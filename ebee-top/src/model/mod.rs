@@ -1,6 +1,7 @@
 //! The Model: a pure fold of Batches into what the screens and batch output show. No aya, no
 //! ratatui, no I/O, no clocks: everything it knows came in a Batch.
 
+pub mod mem;
 pub mod procs;
 pub mod qos;
 
@@ -39,6 +40,8 @@ pub struct Model {
     pub qos: qos::QosModel,
     /// The interactive screen's process table: burst history, exited processes, pins.
     pub table: procs::ProcTable,
+    /// Resident memory per process: last known, rankings by RES and by growth.
+    pub mem: mem::MemModel,
 }
 
 impl Model {
@@ -53,10 +56,15 @@ impl Model {
         }
         self.exited
             .retain(|_, seq| b.seq.saturating_sub(*seq) < EXITED_KEEP_INTERVALS);
-        // Keep names only for what can still be shown: this interval's processes and the
-        // recently exited. A pid that comes back is a new process and brings its own info.
+        self.mem.ingest(b);
+        // Keep names only for what can still be shown: this interval's processes, the
+        // recently exited, and those with a known RSS (a memory ranking shows them while their
+        // memory does not change). A pid that comes back is a new process and brings its own
+        // info.
         let exited = &self.exited;
-        self.procs.retain(|pid, _| exited.contains_key(pid));
+        let mem = &self.mem.sketch;
+        self.procs
+            .retain(|pid, _| exited.contains_key(pid) || mem.rss_of(*pid).is_some());
         for p in &b.procs {
             self.procs.insert(p.pid, p.clone());
         }

@@ -55,6 +55,8 @@ pub struct Btf {
     types: Vec<Type>,
     strings: Vec<u8>,
     by_name: HashMap<(String, u32), u32>,
+    /// Enumerator values by name (32-bit enums only), first definition wins.
+    enumerators: HashMap<String, i64>,
 }
 
 fn u32_at(b: &[u8], off: usize) -> Result<u32, BtfError> {
@@ -104,6 +106,7 @@ impl Btf {
             vlen: 0,
         }];
         let mut p = 0usize;
+        let mut enum_raw: Vec<(u32, i64)> = Vec::new();
         while p < tsec.len() {
             let name_off = u32_at(tsec, p)?;
             let info = u32_at(tsec, p + 4)?;
@@ -128,7 +131,14 @@ impl Btf {
                     }
                     vlen as usize * 12
                 }
-                KIND_ENUM | KIND_FUNC_PROTO => vlen as usize * 8,
+                KIND_ENUM => {
+                    for i in 0..vlen as usize {
+                        let m = p + i * 8;
+                        enum_raw.push((u32_at(tsec, m)?, i64::from(u32_at(tsec, m + 4)? as i32)));
+                    }
+                    vlen as usize * 8
+                }
+                KIND_FUNC_PROTO => vlen as usize * 8,
                 KIND_DATASEC | KIND_ENUM64 => vlen as usize * 12,
                 0..=19 => 0,
                 _ => return Err(BtfError::Malformed("unknown type kind")),
@@ -146,7 +156,13 @@ impl Btf {
             types,
             strings,
             by_name: HashMap::new(),
+            enumerators: HashMap::new(),
         };
+        let mut enumerators = HashMap::new();
+        for (off, v) in enum_raw {
+            enumerators.entry(btf.name(off).to_owned()).or_insert(v);
+        }
+        btf.enumerators = enumerators;
         let mut by_name = HashMap::new();
         for (id, t) in btf.types.iter().enumerate() {
             if t.name_off != 0 {
@@ -177,6 +193,22 @@ impl Btf {
         self.find_member(id, member, 0, 0)
             .map(|bits| bits / 8)
             .ok_or_else(|| BtfError::Missing(format!("{name}.{member}")))
+    }
+
+    /// Size in bytes of `struct name`.
+    pub fn struct_size(&self, name: &str) -> Result<u32, BtfError> {
+        self.id(name, KIND_STRUCT)
+            .and_then(|id| self.types.get(id as usize))
+            .map(|t| t.size_or_type)
+            .ok_or_else(|| BtfError::Missing(format!("struct {name}")))
+    }
+
+    /// Value of the enumerator `name` (of any 32-bit enum).
+    pub fn enum_value(&self, name: &str) -> Result<i64, BtfError> {
+        self.enumerators
+            .get(name)
+            .copied()
+            .ok_or_else(|| BtfError::Missing(format!("enumerator {name}")))
     }
 
     fn find_member(&self, id: u32, member: &str, base_bits: u32, depth: u32) -> Option<u32> {
@@ -243,5 +275,9 @@ mod tests {
         assert_eq!(tgid, pid + 4, "pid and tgid are adjacent in task_struct");
         assert_eq!(btf.tracepoint_args("sched_switch"), Some(4));
         assert!(btf.tracepoint_args("no_such_tracepoint").is_none());
+        assert_eq!(btf.enum_value("MM_FILEPAGES").unwrap(), 0);
+        assert_eq!(btf.enum_value("MM_ANONPAGES").unwrap(), 1);
+        assert!(btf.struct_size("percpu_counter").unwrap() >= 8);
+        assert!(btf.enum_value("NO_SUCH_ENUMERATOR").is_err());
     }
 }

@@ -66,6 +66,8 @@ pub struct RawInterval {
     pub qos: Vec<super::qos::QosRaw>,
     /// CPUs whose in-flight `sys_exit` run could not be waited for (cumulative).
     pub qos_handshake_timeouts: u64,
+    /// The memory pipeline's part of the interval (None when it is not attached).
+    pub mem: Option<super::mem::MemRaw>,
 }
 
 /// What userspace charges for one CPU at one flip: a slice `[start, end)` of process `tgid`.

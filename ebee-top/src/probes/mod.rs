@@ -9,6 +9,7 @@ pub mod btf;
 pub mod cpu;
 mod flip;
 pub mod lifecycle;
+pub mod mem;
 pub mod qos;
 
 use std::time::Duration;
@@ -70,6 +71,9 @@ pub struct Probes {
     cpu: cpu::CpuDrain,
     lifecycle: lifecycle::LifecycleReader,
     qos: qos::QosProbes,
+    /// The memory pipeline; None when the kernel lacks rss_stat or the layout it reads.
+    mem: Option<mem::MemDrain>,
+    page_size: u64,
     ncpus: usize,
     bins: BinCfg,
     /// Held open while BPF run-time statistics should stay on.
@@ -132,6 +136,10 @@ impl Probes {
         let exit_has_group_dead =
             u32::from(kbtf.tracepoint_args(prog_names::PROCESS_EXIT) == Some(2));
         let qos_offsets = qos::offsets(&kbtf);
+        let mut mem_offsets = mem::offsets(&kbtf);
+        if kbtf.tracepoint_args(prog_names::RSS_STAT) != Some(2) {
+            mem_offsets.valid = 0;
+        }
         let aya_btf =
             aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
 
@@ -150,14 +158,22 @@ impl Probes {
                 &exit_has_group_dead,
                 true,
             )
-            .override_global(global_names::QOS_OFFSETS, &qos_offsets, true);
+            .override_global(global_names::QOS_OFFSETS, &qos_offsets, true)
+            .override_global(global_names::MEM_OFFSETS, &mem_offsets, true);
         if !cfg.shadow {
             // Unused maps still take memory; make them as small as the kernel allows.
-            loader.map_max_entries(map_names::CPU_SHADOW0, 1);
-            loader.map_max_entries(map_names::CPU_SHADOW1, 1);
+            for m in [
+                map_names::CPU_SHADOW0,
+                map_names::CPU_SHADOW1,
+                map_names::MEM_SHADOW0,
+                map_names::MEM_SHADOW1,
+            ] {
+                loader.map_max_entries(m, 1);
+            }
         }
         if !cfg.trace {
             loader.map_max_entries(map_names::CPU_TRACE, page_size());
+            loader.map_max_entries(map_names::MEM_TRACE, page_size());
         }
         let mut ebpf = loader
             .load(OBJECT)
@@ -194,6 +210,36 @@ impl Probes {
             RingBuf::try_from(take(map_names::LIFECYCLE)?).map_err(classify("lifecycle"))?,
         );
 
+        let mem_drain = if mem_offsets.valid != 0 {
+            let shadow = if cfg.shadow {
+                Some([
+                    aya::maps::PerCpuHashMap::try_from(take(map_names::MEM_SHADOW0)?)
+                        .map_err(classify("mem shadow map"))?,
+                    aya::maps::PerCpuHashMap::try_from(take(map_names::MEM_SHADOW1)?)
+                        .map_err(classify("mem shadow map"))?,
+                ])
+            } else {
+                None
+            };
+            let trace = if cfg.trace {
+                Some(
+                    RingBuf::try_from(take(map_names::MEM_TRACE)?)
+                        .map_err(classify("mem trace"))?,
+                )
+            } else {
+                None
+            };
+            Some((
+                PerCpuArray::try_from(take(map_names::MEM_CPU)?).map_err(classify("mem cpu"))?,
+                PerCpuArray::try_from(take(map_names::MEM_SKETCH)?)
+                    .map_err(classify("mem sketch"))?,
+                shadow,
+                trace,
+            ))
+        } else {
+            None
+        };
+
         // The syscall programs: loaded now (so a verifier error shows at start), attached only
         // while something is pinned.
         let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, qos_offsets)?;
@@ -211,6 +257,8 @@ impl Probes {
         write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
         let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
         let mut cpu = cpu::CpuDrain::new(state, sketch, shadow, trace, ncpus, epoch, bins);
+        let mem_drain =
+            mem_drain.map(|(c, s, sh, t)| mem::MemDrain::new(c, s, sh, t, ncpus, epoch));
         cpu.prime().map_err(classify("priming CPU state"))?;
 
         for (name, tp) in [
@@ -225,6 +273,16 @@ impl Probes {
                 .map_err(classify(name))?;
             prog.load(tp, &aya_btf).map_err(classify(name))?;
             prog.attach().map_err(classify(name))?;
+        }
+        if mem_drain.is_some() {
+            let prog: &mut BtfTracePoint = ebpf
+                .program_mut(prog_names::RSS_STAT)
+                .ok_or_else(|| ProbeError::Other("no rss_stat program".into()))?
+                .try_into()
+                .map_err(classify("rss_stat"))?;
+            prog.load("rss_stat", &aya_btf)
+                .map_err(classify("rss_stat"))?;
+            prog.attach().map_err(classify("rss_stat"))?;
         }
 
         // Run-time stats are best effort: without them the cost shows as unknown.
@@ -243,6 +301,8 @@ impl Probes {
             cpu,
             lifecycle,
             qos,
+            mem: mem_drain,
+            page_size: u64::from(page_size()),
             ncpus,
             bins,
         })
@@ -267,6 +327,9 @@ impl Probes {
             .cpu
             .drain(epoch)
             .map_err(classify("draining CPU maps"))?;
+        if let Some(m) = self.mem.as_mut() {
+            raw.mem = Some(m.drain(epoch).map_err(classify("draining memory maps"))?);
+        }
         raw.lifecycle = self.lifecycle.read();
         // Pinned processes that ended: reported once more with their last numbers, then
         // dropped from the kernel's pin table.
@@ -331,6 +394,29 @@ impl Probes {
         self.qos.offsets.valid != 0
     }
 
+    /// True when the memory pipeline (rss_stat) is attached.
+    pub fn mem_available(&self) -> bool {
+        self.mem.is_some()
+    }
+
+    /// The kernel's page size in bytes.
+    pub fn page_size(&self) -> u64 {
+        self.page_size
+    }
+
+    /// Run time of one program since load (zero unless BPF stats are on).
+    pub fn prog_stats_of(&self, name: &str) -> ProgStats {
+        let mut s = ProgStats {
+            enabled: self.stats.is_some(),
+            ..Default::default()
+        };
+        if let Some(info) = self._ebpf.program(name).and_then(|p| p.info().ok()) {
+            s.run_ns = info.run_time().as_nanos() as u64;
+            s.run_count = info.run_count();
+        }
+        s
+    }
+
     /// Burst-bin geometry currently in force.
     pub fn bins(&self) -> BinCfg {
         self.bins
@@ -355,7 +441,7 @@ fn write_bins(ctl: &mut Array<MapData, Ctl>, bins: BinCfg) -> Result<(), aya::ma
     ctl.set(0, c, 0)
 }
 
-fn page_size() -> u32 {
+pub(crate) fn page_size() -> u32 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 { p as u32 } else { 4096 }
@@ -390,11 +476,20 @@ pub struct ProgStats {
 impl Probes {
     /// Every map our programs use, with the kernel's own memory accounting.
     pub fn map_report(&self) -> Result<Vec<MapMem>, ProbeError> {
+        // Every map of the object is created at load, whether or not a program using it is
+        // loaded yet (the syscall programs load only when something is pinned), so walk our
+        // own map file descriptors rather than the loaded programs' map ids.
         let mut ids = std::collections::BTreeSet::new();
-        for (_, prog) in self._ebpf.programs() {
-            let info = prog.info().map_err(classify("program info"))?;
-            if let Some(m) = info.map_ids().map_err(classify("program map ids"))? {
-                ids.extend(m);
+        let fds = std::fs::read_dir("/proc/self/fd")
+            .map_err(|e| ProbeError::Other(format!("listing /proc/self/fd: {e}")))?;
+        for fd in fds.flatten() {
+            let is_map =
+                std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf-map");
+            let fd: Option<i32> = fd.file_name().to_str().and_then(|n| n.parse().ok());
+            if let (true, Some(fd)) = (is_map, fd) {
+                if let Some(id) = fdinfo_field(fd, "map_id") {
+                    ids.insert(id as u32);
+                }
             }
         }
         let mut out = Vec::new();

@@ -8,7 +8,7 @@ use super::format::{self, Meta, PREAMBLE_LEN, RECORD_HEAD_LEN};
 use super::reader::{self, Damage};
 use super::writer::{RecordOptions, Writer, rotated_path};
 use super::{Reader, RecordError};
-use crate::batch::{Batch, CpuRow, Dropped, Exit, ProcInfo};
+use crate::batch::{Batch, CpuRow, Dropped, Exit, MemRow, MemStats, ProcInfo};
 use crate::batch_qos::{QosBatch, QosSample, RequestSample, SyscallSample};
 
 /// A plausible interval: `n` processes with command lines, burst bins and an exit.
@@ -72,6 +72,20 @@ pub fn batch(seq: u64, n: u32) -> Batch {
                 ..Default::default()
             }],
             request_model: true,
+            ..Default::default()
+        },
+        mem: (0..n)
+            .map(|i| MemRow {
+                pid: 1000 + i,
+                rss_bytes: u64::from(n - i) << 20,
+                rss_delta_bytes: if i == 0 { 4096 * seq as i64 } else { 0 },
+            })
+            .collect(),
+        mem_exact: None,
+        mem_stats: MemStats {
+            available: true,
+            events: 10 + seq,
+            tracked: u64::from(n),
             ..Default::default()
         },
     }

@@ -1,5 +1,5 @@
 //! Workload generator for ebee-top's tests and benchmarks: CPU burners with a duty cycle,
-//! short-lived process storms, and skewed mixes of many processes.
+//! short-lived process storms, skewed mixes of many processes, and memory holders.
 
 use std::time::{Duration, Instant};
 
@@ -71,6 +71,37 @@ enum Cmd {
         ms: u64,
         #[arg(long)]
         seconds: Option<f64>,
+    },
+    /// Hold `mib` MiB of touched anonymous memory, then obey commands on stdin, one per line,
+    /// answering each with `ok` on stdout once done: `grow N` maps and touches N MiB more,
+    /// `map N` maps N MiB without touching them and prints `addr 0x...` first (for another
+    /// process to fault in), `free` unmaps everything. Prints `ready` once the first `mib`
+    /// are touched.
+    Hold {
+        #[arg(long, default_value_t = 0)]
+        mib: u64,
+    },
+    /// Page-fault loop: map `mib` MiB, touch every page, unmap; `rounds` times. Prints the mean
+    /// ns per page (each page is one rss_stat event when faulted in, and fewer when unmapped,
+    /// which is batched).
+    Faults {
+        #[arg(long, default_value_t = 64)]
+        mib: u64,
+        #[arg(long, default_value_t = 20)]
+        rounds: u32,
+    },
+    /// Start `procs` processes holding Zipf-skewed memory (process i about `top_mib / i^skew`
+    /// MiB) that each moves at random between half and one and a half of its share every
+    /// 50-300 ms, for `seconds`.
+    MemMix {
+        #[arg(long, default_value_t = 200)]
+        procs: u32,
+        #[arg(long, default_value_t = 256.0)]
+        top_mib: f64,
+        #[arg(long, default_value_t = 1.0)]
+        skew: f64,
+        #[arg(long)]
+        seconds: f64,
     },
     /// Start `procs` burners with Zipf-skewed duty cycles (process i burns about
     /// `top_duty / i^skew`), plus `churn_per_s` short-lived processes per second that burn
@@ -178,6 +209,151 @@ fn mix(procs: u32, top_duty: f64, skew: f64, churn_per_s: u32, seconds: f64) {
     for mut c in children {
         let _ = c.kill();
         let _ = c.wait();
+    }
+}
+
+const MIB: usize = 1 << 20;
+
+/// An anonymous private mapping whose pages are touched (so they are resident).
+struct Region {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Region {
+    fn map(len: usize) -> Option<Self> {
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Self { ptr: p.cast(), len })
+    }
+
+    /// Make pages `[from, to)` (bytes) resident by writing one byte in each.
+    fn touch(&self, from: usize, to: usize) {
+        let mut off = from;
+        while off < to.min(self.len) {
+            // SAFETY: inside the mapping; a volatile write so the page is really faulted in.
+            unsafe { std::ptr::write_volatile(self.ptr.add(off), 1) };
+            off += 4096;
+        }
+    }
+
+    /// Give pages `[from, to)` (bytes, page aligned) back to the kernel.
+    fn drop_pages(&self, from: usize, to: usize) {
+        let to = to.min(self.len);
+        if to > from {
+            // SAFETY: a page-aligned range inside the mapping; its contents are not needed.
+            unsafe { libc::madvise(self.ptr.add(from).cast(), to - from, libc::MADV_DONTNEED) };
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+fn hold(mib: u64) {
+    use std::io::{BufRead as _, Write as _};
+    let mut regions: Vec<Region> = Vec::new();
+    let add = |mib: u64, regions: &mut Vec<Region>| {
+        if let Some(r) = Region::map(mib as usize * MIB) {
+            r.touch(0, r.len);
+            regions.push(r);
+        }
+    };
+    add(mib, &mut regions);
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "ready");
+    let _ = out.flush();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let mut w = line.split_whitespace();
+        match (w.next(), w.next().and_then(|n| n.parse::<u64>().ok())) {
+            (Some("grow"), Some(n)) => add(n, &mut regions),
+            (Some("map"), Some(n)) => {
+                if let Some(r) = Region::map(n as usize * MIB) {
+                    let _ = writeln!(out, "addr {:#x}", r.ptr as usize);
+                    regions.push(r);
+                }
+            }
+            (Some("free"), _) => regions.clear(),
+            _ => die(&format!("unknown command {line:?}")),
+        }
+        let _ = writeln!(out, "ok");
+        let _ = out.flush();
+    }
+}
+
+fn mem_child(share_mib: f64, seed: u64, stop: Instant) {
+    let page = 4096usize;
+    let max = ((share_mib * 1.5 * MIB as f64) as usize).div_ceil(page) * page;
+    let Some(r) = Region::map(max.max(page)) else {
+        return;
+    };
+    let mut rng = Rng(seed | 1);
+    let mut cur = 0usize;
+    while Instant::now() < stop {
+        // Between half and one and a half of the share, in pages.
+        let f = 0.5 + (rng.next() % 1001) as f64 / 1000.0;
+        let target = ((share_mib * f * MIB as f64) as usize / page * page).min(r.len);
+        if target > cur {
+            r.touch(cur, target);
+        } else {
+            r.drop_pages(target, cur);
+        }
+        cur = target;
+        std::thread::sleep(Duration::from_millis(50 + rng.next() % 251));
+    }
+}
+
+fn mem_mix(procs: u32, top_mib: f64, skew: f64, seconds: f64) {
+    let stop = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut pids = Vec::new();
+    for i in 1..=procs {
+        let share = top_mib / f64::from(i).powf(skew);
+        // SAFETY: fork in a single-threaded process; the child only maps, touches and sleeps,
+        // then _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: prctl on ourselves: die with the parent even if it is SIGKILLed.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            mem_child(share, 0x9E37_79B9_7F4A_7C15 ^ u64::from(i), stop);
+            // SAFETY: leave the child without running the parent's exit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        if pid > 0 {
+            pids.push(pid);
+        }
+    }
+    // SAFETY: plain signal/wait calls; on SIGTERM the children are killed with us.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+        while Instant::now() < stop {
+            if libc::sleep(1) != 0 {
+                break; // interrupted by SIGTERM
+            }
+        }
+        for p in &pids {
+            libc::kill(*p, libc::SIGKILL);
+        }
+        while libc::wait(std::ptr::null_mut()) > 0 {}
     }
 }
 
@@ -380,6 +556,24 @@ fn main() {
         }
         Cmd::Pingpong { round_trips, cpu } => pingpong(round_trips, cpu),
         Cmd::Idle { procs } => idle(procs),
+        Cmd::Hold { mib } => hold(mib),
+        Cmd::Faults { mib, rounds } => {
+            let len = mib as usize * MIB;
+            let t = Instant::now();
+            for _ in 0..rounds {
+                if let Some(r) = Region::map(len) {
+                    r.touch(0, len);
+                }
+            }
+            let pages = (len / 4096) as f64 * f64::from(rounds);
+            println!("{:.1}", t.elapsed().as_nanos() as f64 / pages.max(1.0));
+        }
+        Cmd::MemMix {
+            procs,
+            top_mib,
+            skew,
+            seconds,
+        } => mem_mix(procs, top_mib, skew, seconds),
         Cmd::Storm { per_s, seconds } => storm(per_s, seconds),
         Cmd::Mix {
             procs,

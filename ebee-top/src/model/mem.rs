@@ -1,0 +1,211 @@
+//! Resident memory per process, folded from the Batches' `mem` rows: the last-known RSS of every
+//! process seen (a Batch carries only what changed plus the largest, see `MEM_TOP_ROWS`), the
+//! growth of the last interval, and the two rankings the screens and batch output show: by RES
+//! and by growth per second. Pure, like the rest of the Model.
+
+use std::collections::HashMap;
+
+use crate::batch::{Batch, MemRow};
+
+/// One process in a memory ranking.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemEntry {
+    pub pid: u32,
+    /// Resident bytes (last known).
+    pub rss_bytes: u64,
+    /// Change in the last interval (0 when it did not change then).
+    pub rss_delta_bytes: i64,
+    /// `rss_delta_bytes` per second of the last interval.
+    pub growth_per_s: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Known {
+    rss: u64,
+    delta: i64,
+    /// Seq of the batch that set `delta`.
+    seq: u64,
+}
+
+/// Last-known RSS of every process, from one stream of rows (sketch or exact).
+#[derive(Clone, Debug, Default)]
+pub struct MemView {
+    known: HashMap<u32, Known>,
+    seq: u64,
+    interval_ns: u64,
+}
+
+impl MemView {
+    fn ingest(&mut self, b: &Batch, rows: &[MemRow]) {
+        self.seq = b.seq;
+        self.interval_ns = b.interval_ns();
+        for r in rows {
+            self.known.insert(
+                r.pid,
+                Known {
+                    rss: r.rss_bytes,
+                    delta: r.rss_delta_bytes,
+                    seq: b.seq,
+                },
+            );
+        }
+        for e in &b.exits {
+            self.known.remove(&e.pid);
+        }
+    }
+
+    fn entry(&self, pid: u32, k: &Known) -> MemEntry {
+        let delta = if k.seq == self.seq { k.delta } else { 0 };
+        MemEntry {
+            pid,
+            rss_bytes: k.rss,
+            rss_delta_bytes: delta,
+            growth_per_s: if self.interval_ns == 0 {
+                0.0
+            } else {
+                delta as f64 * 1e9 / self.interval_ns as f64
+            },
+        }
+    }
+
+    /// The `k` processes with the most resident memory, largest first (ties by pid).
+    pub fn top_rss(&self, k: usize) -> Vec<MemEntry> {
+        let mut v: Vec<MemEntry> = self.known.iter().map(|(p, e)| self.entry(*p, e)).collect();
+        v.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
+        v.truncate(k);
+        v
+    }
+
+    /// The `k` processes that grew most in the last interval (only those that grew), fastest
+    /// first.
+    pub fn top_growth(&self, k: usize) -> Vec<MemEntry> {
+        let mut v: Vec<MemEntry> = self
+            .known
+            .iter()
+            .filter(|(_, e)| e.seq == self.seq && e.delta > 0)
+            .map(|(p, e)| self.entry(*p, e))
+            .collect();
+        v.sort_by(|a, b| {
+            b.rss_delta_bytes
+                .cmp(&a.rss_delta_bytes)
+                .then(a.pid.cmp(&b.pid))
+        });
+        v.truncate(k);
+        v
+    }
+
+    /// Known RSS of a process.
+    pub fn rss_of(&self, pid: u32) -> Option<u64> {
+        self.known.get(&pid).map(|k| k.rss)
+    }
+
+    /// Processes with a known RSS.
+    pub fn len(&self) -> usize {
+        self.known.len()
+    }
+
+    /// True when nothing is known.
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty()
+    }
+}
+
+/// The sketch's view and, when the Batches carry it, the exact shadow's.
+#[derive(Clone, Debug, Default)]
+pub struct MemModel {
+    pub sketch: MemView,
+    /// None until a Batch carries `mem_exact`.
+    pub exact: Option<MemView>,
+    /// Whether the last Batch came from a kernel with the memory pipeline.
+    pub available: bool,
+}
+
+impl MemModel {
+    /// Fold one Batch in.
+    pub fn ingest(&mut self, b: &Batch) {
+        self.available = b.mem_stats.available;
+        self.sketch.ingest(b, &b.mem);
+        if let Some(rows) = &b.mem_exact {
+            self.exact
+                .get_or_insert_with(MemView::default)
+                .ingest(b, rows);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{Exit, MemStats};
+
+    fn batch(seq: u64, rows: &[(u32, u64, i64)]) -> Batch {
+        Batch {
+            seq,
+            start_ns: seq * 50_000_000,
+            end_ns: (seq + 1) * 50_000_000,
+            mem: rows
+                .iter()
+                .map(|&(pid, rss_bytes, rss_delta_bytes)| MemRow {
+                    pid,
+                    rss_bytes,
+                    rss_delta_bytes,
+                })
+                .collect(),
+            mem_stats: MemStats {
+                available: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn unchanged_processes_keep_their_rank_and_growth_is_per_interval() {
+        let mut m = MemModel::default();
+        m.ingest(&batch(1, &[(1, 100, 0), (2, 300, 0), (3, 200, 0)]));
+        // Batch 2 carries only process 1, which grew by 400 in 50 ms.
+        m.ingest(&batch(2, &[(1, 500, 400)]));
+        let top: Vec<u32> = m.sketch.top_rss(3).iter().map(|e| e.pid).collect();
+        assert_eq!(top, vec![1, 2, 3]);
+        let g = m.sketch.top_growth(5);
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].pid, 1);
+        assert!((g[0].growth_per_s - 8000.0).abs() < 1e-6);
+        // Next interval nothing changes: no growth, same ranking.
+        m.ingest(&batch(3, &[]));
+        assert!(m.sketch.top_growth(5).is_empty());
+        assert_eq!(m.sketch.top_rss(1)[0].rss_delta_bytes, 0);
+        assert_eq!(m.sketch.top_rss(1)[0].pid, 1);
+    }
+
+    #[test]
+    fn a_batch_recorded_before_memory_existed_still_reads() {
+        // The JSON of a Batch from a recording made before the memory pipeline: no `mem`,
+        // `mem_exact` or `mem_stats`.
+        let old = r#"{"seq":3,"t_ms":1,"start_ns":0,"end_ns":50000000,"bin_width_ns":10000000,
+            "ncpus":2,"switches":5,"cpu":[],"cpu_exact":null,"procs":[],"exits":[],
+            "pinned":[],"dropped":{"sketch_evicted_ns":0,"sketch_evictions":0,
+            "lifecycle_lost":0,"handshake_timeouts":0,"shadow_full":0},
+            "cost":{"cpu_ns":0,"bpf_ns":null,"bpf_runs":null}}"#;
+        let b: Batch = serde_json::from_str(old).unwrap();
+        assert!(b.mem.is_empty() && b.mem_exact.is_none() && !b.mem_stats.available);
+        let mut m = MemModel::default();
+        m.ingest(&b);
+        assert!(!m.available && m.sketch.is_empty());
+    }
+
+    #[test]
+    fn shrinking_and_exits() {
+        let mut m = MemModel::default();
+        m.ingest(&batch(1, &[(1, 1000, 0), (2, 10, 0)]));
+        m.ingest(&batch(2, &[(1, 5, -995)]));
+        assert_eq!(m.sketch.top_rss(1)[0].pid, 2);
+        assert!(m.sketch.top_growth(5).is_empty(), "shrinking is not growth");
+        let mut b = batch(3, &[]);
+        b.exits.push(Exit { pid: 2, ts_ns: 0 });
+        m.ingest(&b);
+        assert_eq!(m.sketch.rss_of(2), None);
+        assert_eq!(m.sketch.len(), 1);
+        assert!(m.exact.is_none());
+    }
+}

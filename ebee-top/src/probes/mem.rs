@@ -1,0 +1,461 @@
+//! Draining the memory pipeline: after each flip, wait until no CPU is still in `rss_stat` for
+//! the closed interval, read that interval's per-CPU sketches (and exact shadow), merge them
+//! newest-wins per process, and clear them for reuse. [`MemTable`] then folds the readings
+//! into the last-known RSS of every process (seeded once from /proc), which gives RES and its
+//! growth per interval, also for processes whose memory did not change.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use ebee_shared::ctl;
+use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot, MemTrace};
+
+use super::btf::Btf;
+
+/// `mm_struct`/`task_struct` offsets and `mm_counters` values for `rss_stat`, from BTF.
+/// `valid` is 0 when something is missing (the memory pipeline is then not attached).
+pub fn offsets(btf: &Btf) -> MemOffsets {
+    let get = || -> Result<MemOffsets, super::btf::BtfError> {
+        let en = |n: &str| btf.enum_value(n).map(|v| v as u32);
+        let owner = btf.member_offset("mm_struct", "owner").ok();
+        Ok(MemOffsets {
+            rss_count: btf.member_offset("mm_struct", "rss_stat")?
+                + btf.member_offset("percpu_counter", "count")?,
+            counter_size: btf.struct_size("percpu_counter")?,
+            file: en("MM_FILEPAGES")?,
+            anon: en("MM_ANONPAGES")?,
+            shmem: en("MM_SHMEMPAGES")?,
+            swap: en("MM_SWAPENTS")?,
+            mm_owner: owner.unwrap_or(0),
+            has_owner: u32::from(owner.is_some()),
+            task_mm: btf.member_offset("task_struct", "mm")?,
+            valid: 1,
+        })
+    };
+    let o = get().unwrap_or_default();
+    // The program indexes `rss_stat[member & 3]`: anything else is a layout we do not know.
+    if o.file > 3 || o.anon > 3 || o.shmem > 3 || o.counter_size == 0 {
+        return MemOffsets::default();
+    }
+    o
+}
+
+/// One process's latest RSS reading in an interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemReading {
+    pub tgid: u32,
+    /// Resident pages (file + anon + shmem).
+    pub pages: u64,
+    /// Largest reading in the interval (sketch only; the shadow keeps the latest).
+    pub peak: u64,
+    /// `CLOCK_MONOTONIC` ns of the reading.
+    pub ts: u64,
+}
+
+/// The memory part of one closed interval.
+#[derive(Clone, Debug, Default)]
+pub struct MemRaw {
+    /// Latest reading per process from the sketch, in pid order.
+    pub readings: Vec<MemReading>,
+    /// Latest reading per process from the exact shadow, when loaded with it.
+    pub exact: Option<Vec<MemReading>>,
+    /// rss_stat events seen in the interval (all CPUs), and those skipped as repeats of the
+    /// CPU's previous reading.
+    pub events: u64,
+    pub repeats: u64,
+    /// Readings recorded in the sketch, entries evicted, the largest peak evicted (pages).
+    pub updates: u64,
+    pub evictions: u64,
+    pub evicted_max_pages: u64,
+    /// Events whose mm had neither an owner nor was `current`'s.
+    pub unattributed: u64,
+    /// Readings the exact shadow could not store.
+    pub shadow_full: u64,
+    /// CPUs still inside `rss_stat` for the closed interval when the wait timed out.
+    pub handshake_timeouts: u64,
+    /// Every sketch update of the interval, per CPU in order, when loaded with the trace.
+    pub trace: Option<Vec<MemTrace>>,
+    /// The raw per-CPU sketches, when loaded with the trace (to check replays against).
+    pub sketches: Option<Vec<MemSketch>>,
+}
+
+/// Merge slots (any stages, any CPUs) into one reading per process: the newest reading wins,
+/// the peak is the largest. Used on the kernel's sketches and on userspace replays.
+pub fn merge_slots<'a>(slots: impl IntoIterator<Item = &'a MemSlot>) -> Vec<MemReading> {
+    let mut by: HashMap<u32, MemSlot> = HashMap::new();
+    for s in slots {
+        if s.tgid == 0 {
+            continue;
+        }
+        by.entry(s.tgid)
+            .and_modify(|e| e.merge_reading(s))
+            .or_insert(*s);
+    }
+    let mut v: Vec<MemReading> = by
+        .into_values()
+        .map(|s| MemReading {
+            tgid: s.tgid,
+            pages: u64::from(s.pages),
+            peak: u64::from(s.peak),
+            ts: s.ts,
+        })
+        .collect();
+    v.sort_unstable_by_key(|r| r.tgid);
+    v
+}
+
+/// Give up waiting for a CPU still inside `rss_stat` after this long.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// True when a CPU whose `seq` read `first` right after the flip may still be writing the
+/// closed interval, given its value `now`.
+pub fn still_writing(first: u64, now: u64) -> bool {
+    // Even: not inside the program, and any later run sees the new epoch (its busy mark is
+    // a full barrier ordered after our read, which is after the flip). Odd: wait until it moves.
+    first % 2 == 1 && now == first
+}
+
+pub(super) struct MemDrain {
+    cpu: PerCpuArray<MapData, MemCpu>,
+    sketch: PerCpuArray<MapData, MemSketch>,
+    shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
+    trace: Option<RingBuf<MapData>>,
+    pending_trace: Vec<MemTrace>,
+    ncpus: usize,
+    /// Cumulative (events, repeats) at the last drain.
+    totals: (u64, u64),
+    /// Epoch word of the interval being written.
+    epoch: u64,
+}
+
+impl MemDrain {
+    pub(super) fn new(
+        cpu: PerCpuArray<MapData, MemCpu>,
+        sketch: PerCpuArray<MapData, MemSketch>,
+        shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
+        trace: Option<RingBuf<MapData>>,
+        ncpus: usize,
+        epoch: u64,
+    ) -> Self {
+        Self {
+            cpu,
+            sketch,
+            shadow,
+            trace,
+            pending_trace: Vec::new(),
+            ncpus,
+            totals: (0, 0),
+            epoch,
+        }
+    }
+
+    /// The flip to `new_epoch` has just closed the interval being written: collect it.
+    pub(super) fn drain(&mut self, new_epoch: u64) -> Result<MemRaw, aya::maps::MapError> {
+        let old_epoch = std::mem::replace(&mut self.epoch, new_epoch);
+        let old_parity = ctl::parity(old_epoch);
+        let mut raw = MemRaw::default();
+        let states = self.cpu.get(&0, 0)?;
+        let first: Vec<u64> = states.iter().map(|c| c.seq).collect();
+        // Counted at the flip: a run in flight lands in the next interval's count, which is
+        // fine for a rate.
+        let totals = states
+            .iter()
+            .fold((0, 0), |(e, r), c| (e + c.events, r + c.repeats));
+        raw.events = totals.0.saturating_sub(self.totals.0);
+        raw.repeats = totals.1.saturating_sub(self.totals.1);
+        self.totals = totals;
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        loop {
+            let now: Vec<u64> = self.cpu.get(&0, 0)?.iter().map(|c| c.seq).collect();
+            let left = first
+                .iter()
+                .zip(&now)
+                .filter(|(f, n)| still_writing(**f, **n))
+                .count();
+            if left == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                raw.handshake_timeouts = left as u64;
+                break;
+            }
+            std::thread::yield_now();
+        }
+
+        let parity = old_parity & 1;
+        let sketches: Vec<MemSketch> = self.sketch.get(&parity, 0)?.iter().copied().collect();
+        self.sketch.set(parity, super::zeroed(self.ncpus)?, 0)?;
+        for sk in &sketches {
+            raw.updates += sk.updates;
+            raw.evictions += sk.evictions;
+            raw.evicted_max_pages = raw.evicted_max_pages.max(sk.evicted_max_pages);
+            raw.unattributed += sk.unattributed;
+            raw.shadow_full += sk.shadow_full;
+        }
+        raw.readings = merge_slots(sketches.iter().flat_map(|s| s.stages.iter().flatten()));
+
+        if let Some(shadow) = self.shadow.as_mut() {
+            let map = &mut shadow[parity as usize];
+            let keys: Vec<u32> = map.keys().collect::<Result<_, _>>()?;
+            let mut out = Vec::with_capacity(keys.len());
+            for k in keys {
+                let vals = map.get(&k, 0)?;
+                // Per-CPU copies: the newest reading wins (a zero ts is a CPU that never saw k).
+                if let Some(v) = vals.iter().filter(|v| v.ts != 0).max_by_key(|v| v.ts) {
+                    out.push(MemReading {
+                        tgid: k,
+                        pages: v.pages,
+                        peak: v.pages,
+                        ts: v.ts,
+                    });
+                }
+                map.remove(&k)?;
+            }
+            out.sort_unstable_by_key(|r| r.tgid);
+            raw.exact = Some(out);
+        }
+
+        // The update trace: records of the closed epoch; later ones wait for their drain.
+        if let Some(ring) = self.trace.as_mut() {
+            while let Some(item) = ring.next() {
+                if item.len() >= std::mem::size_of::<MemTrace>() {
+                    // SAFETY: the kernel wrote a whole `MemTrace` (plain old data) and the
+                    // length was checked; read_unaligned does not assume alignment.
+                    let rec: MemTrace =
+                        unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<MemTrace>()) };
+                    self.pending_trace.push(rec);
+                }
+            }
+            let (mine, later): (Vec<_>, Vec<_>) = self
+                .pending_trace
+                .drain(..)
+                .partition(|r| r.epoch == old_epoch);
+            self.pending_trace = later;
+            raw.trace = Some(mine);
+            raw.sketches = Some(sketches);
+        }
+        Ok(raw)
+    }
+}
+
+/// A change of one process's resident memory, as folded into a [`MemTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemChange {
+    pub pid: u32,
+    pub rss_bytes: u64,
+    /// `rss_bytes` minus the value known before this interval (0 when first seen: then the
+    /// whole RSS counts as growth, the process is new or grew from nothing as far as we know).
+    pub delta_bytes: i64,
+}
+
+/// Last-known RSS of every process. Pure: readings and exits in, rankings out.
+#[derive(Clone, Debug, Default)]
+pub struct MemTable {
+    rss: HashMap<u32, u64>,
+    page_size: u64,
+}
+
+impl MemTable {
+    pub fn new(page_size: u64) -> Self {
+        Self {
+            rss: HashMap::new(),
+            page_size,
+        }
+    }
+
+    /// Seed with (pid, rss bytes) of processes that exist now (read once at start).
+    pub fn seed(&mut self, procs: impl IntoIterator<Item = (u32, u64)>) {
+        for (pid, bytes) in procs {
+            if pid != 0 && bytes != 0 {
+                self.rss.insert(pid, bytes);
+            }
+        }
+    }
+
+    /// Fold one interval's readings in; returns what changed, in pid order.
+    pub fn apply(&mut self, readings: &[MemReading]) -> Vec<MemChange> {
+        let mut out = Vec::new();
+        for r in readings {
+            let bytes = ebee_shared::mem::pages_to_bytes(r.pages, self.page_size);
+            let before = self.rss.insert(r.tgid, bytes).unwrap_or(0);
+            if before != bytes {
+                out.push(MemChange {
+                    pid: r.tgid,
+                    rss_bytes: bytes,
+                    delta_bytes: bytes as i64 - before as i64,
+                });
+            }
+        }
+        out
+    }
+
+    /// A process ended: forget it (its pid may be reused by a new process).
+    pub fn exit(&mut self, pid: u32) {
+        self.rss.remove(&pid);
+    }
+
+    /// Known RSS of `pid`.
+    pub fn get(&self, pid: u32) -> Option<u64> {
+        self.rss.get(&pid).copied()
+    }
+
+    /// The `n` processes with the most RSS, largest first (ties by pid).
+    pub fn top(&self, n: usize) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> = self.rss.iter().map(|(p, b)| (*p, *b)).collect();
+        v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.truncate(n);
+        v
+    }
+
+    /// Processes known.
+    pub fn len(&self) -> usize {
+        self.rss.len()
+    }
+
+    /// True when no process is known.
+    pub fn is_empty(&self) -> bool {
+        self.rss.is_empty()
+    }
+
+    /// Batch rows: every process that changed plus the `n` largest, largest first, so a
+    /// consumer that sees only this batch still ranks the top `n` right.
+    pub fn rows(&self, changes: &[MemChange], n: usize) -> Vec<crate::batch::MemRow> {
+        let mut by: HashMap<u32, crate::batch::MemRow> = self
+            .top(n)
+            .into_iter()
+            .map(|(pid, rss_bytes)| {
+                (
+                    pid,
+                    crate::batch::MemRow {
+                        pid,
+                        rss_bytes,
+                        rss_delta_bytes: 0,
+                    },
+                )
+            })
+            .collect();
+        for c in changes {
+            // A process that changed and then exited in the same interval is gone.
+            if self.rss.contains_key(&c.pid) {
+                by.insert(
+                    c.pid,
+                    crate::batch::MemRow {
+                        pid: c.pid,
+                        rss_bytes: c.rss_bytes,
+                        rss_delta_bytes: c.delta_bytes,
+                    },
+                );
+            }
+        }
+        let mut v: Vec<_> = by.into_values().collect();
+        v.sort_unstable_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
+        v
+    }
+}
+
+/// (pid, resident bytes) of every process now, from /proc/PID/statm (the same counters the
+/// kernel program reads: file + anon + shmem pages). Kernel threads have none.
+pub fn proc_rss(page_size: u64) -> Vec<(u32, u64)> {
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    all.filter_map(Result::ok)
+        .filter_map(|p| {
+            let pid = u32::try_from(p.pid()).ok()?;
+            let m = p.statm().ok()?;
+            Some((pid, m.resident.saturating_mul(page_size)))
+        })
+        .filter(|(_, b)| *b > 0)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rd(tgid: u32, pages: u64, ts: u64) -> MemReading {
+        MemReading {
+            tgid,
+            pages,
+            peak: pages,
+            ts,
+        }
+    }
+
+    #[test]
+    fn merge_is_newest_wins_across_cpus_and_stages() {
+        let a = [
+            MemSlot::reading(5, 100, 10),
+            MemSlot::reading(5, 300, 30),
+            MemSlot::reading(9, 1, 1),
+            MemSlot::default(),
+        ];
+        let b = [MemSlot::reading(5, 200, 20)];
+        let m = merge_slots(a.iter().chain(b.iter()));
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            (m[0].tgid, m[0].pages, m[0].peak, m[0].ts),
+            (5, 300, 300, 30)
+        );
+        let m2 = merge_slots(b.iter().chain(a.iter()));
+        assert_eq!(m, m2, "order of CPUs does not matter");
+    }
+
+    #[test]
+    fn seeded_processes_rank_without_any_event_and_growth_is_against_the_known_value() {
+        let mut t = MemTable::new(4096);
+        t.seed([(1, 10 << 20), (2, 50 << 20), (3, 0)]);
+        assert_eq!(t.top(5), vec![(2, 50 << 20), (1, 10 << 20)]);
+        // Process 1 grows to 100 MiB; 2 sends nothing and keeps its value.
+        let ch = t.apply(&[rd(1, 25_600, 5)]);
+        assert_eq!(
+            ch,
+            vec![MemChange {
+                pid: 1,
+                rss_bytes: 100 << 20,
+                delta_bytes: 90 << 20
+            }]
+        );
+        assert_eq!(t.top(1), vec![(1, 100 << 20)]);
+        // Then shrinks: a negative delta, and it drops below 2.
+        let ch = t.apply(&[rd(1, 256, 6)]);
+        assert_eq!(ch[0].delta_bytes, (1 << 20) - (100 << 20));
+        assert_eq!(t.top(1), vec![(2, 50 << 20)]);
+        // A reading equal to the known value is not a change.
+        assert!(t.apply(&[rd(1, 256, 7)]).is_empty());
+    }
+
+    #[test]
+    fn a_new_process_grows_from_zero_and_exits_are_forgotten() {
+        let mut t = MemTable::new(4096);
+        let ch = t.apply(&[rd(7, 256, 1)]);
+        assert_eq!(ch[0].delta_bytes, 1 << 20);
+        t.exit(7);
+        assert_eq!(t.get(7), None);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn rows_hold_the_top_and_every_change_largest_first() {
+        let mut t = MemTable::new(4096);
+        t.seed((1..=10).map(|p| (p, u64::from(p) << 20)));
+        let ch = t.apply(&[rd(1, 512, 1)]); // 1 MiB -> 2 MiB, not in the top 3
+        let rows = t.rows(&ch, 3);
+        let pids: Vec<u32> = rows.iter().map(|r| r.pid).collect();
+        assert_eq!(pids, vec![10, 9, 8, 1]);
+        assert_eq!(rows[3].rss_delta_bytes, 1 << 20);
+        assert_eq!(rows[0].rss_delta_bytes, 0);
+        // A process that changed and exited in the same interval is not reported.
+        t.exit(1);
+        assert!(t.rows(&ch, 3).iter().all(|r| r.pid != 1));
+    }
+
+    #[test]
+    fn handshake_waits_only_for_a_run_in_flight() {
+        assert!(!still_writing(4, 4));
+        assert!(still_writing(5, 5));
+        assert!(!still_writing(5, 6));
+        assert!(!still_writing(5, 7));
+    }
+}
