@@ -116,8 +116,11 @@ pub struct App {
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
 const MAX_INTERVAL: Duration = Duration::from_secs(10);
 
-/// What `M` says until the memory pipeline feeds the Model.
+/// What `M` says when the Batches carry no memory data (a kernel without rss_stat, an old
+/// recording).
 pub const NO_MEMORY: &str = "memory pipeline not loaded: sorting by CPU";
+pub const SORTED_MEM: &str = "sorted by resident memory (RES)";
+pub const SORTED_CPU: &str = "sorted by CPU";
 
 impl App {
     pub fn new(k: usize, interval: Duration) -> Self {
@@ -154,7 +157,9 @@ impl App {
     /// The table rows to draw, in order: at least `k`, more when the screen has room.
     pub fn table_rows(&self) -> Vec<&ProcEntry> {
         let fit = usize::from(self.screen.1).saturating_sub(6);
-        self.shown().table.ranked(self.k.max(fit), &self.filter)
+        let m = self.shown();
+        let rss = (self.sort == SortBy::Mem).then_some(|pid| m.mem.sketch.rss_of(pid));
+        m.table.ranked_by(self.k.max(fit), &self.filter, rss)
     }
 
     /// The rows of the plain CPU ranking (batch output's view), for compatibility.
@@ -318,12 +323,21 @@ impl App {
             KeyCode::Char('-') => self.change_interval(false),
             KeyCode::Char('P') => {
                 self.sort = SortBy::Cpu;
+                self.status = Some(SORTED_CPU.into());
+                self.follow_selection();
                 Effect::Redraw
             }
             KeyCode::Char('M') => {
-                // No memory data reaches the Model yet: say so rather than show anything made up.
-                self.sort = SortBy::Cpu;
-                self.status = Some(NO_MEMORY.into());
+                if self.shown().mem.available {
+                    self.sort = SortBy::Mem;
+                    self.status = Some(SORTED_MEM.into());
+                } else {
+                    // No memory data from this kernel (or recording): say so, show nothing
+                    // made up.
+                    self.sort = SortBy::Cpu;
+                    self.status = Some(NO_MEMORY.into());
+                }
+                self.follow_selection();
                 Effect::Redraw
             }
             KeyCode::Char('p') => self.toggle_pin(),
@@ -566,7 +580,7 @@ mod tests {
         assert_eq!(a.status.as_deref(), Some(NO_MEMORY));
         assert_eq!(a.sort, SortBy::Cpu);
         a.update(ch('P'));
-        assert_eq!(a.status, None);
+        assert_eq!(a.status.as_deref(), Some(SORTED_CPU));
         a.update(ch('?'));
         assert_eq!(a.overlay, Some(Overlay::Help));
         a.update(key(KeyCode::Esc));
@@ -619,5 +633,33 @@ mod tests {
         assert_eq!(a.update(Msg::Host(Box::new(h.clone()))), Effect::Redraw);
         assert_eq!(a.update(Msg::Host(Box::new(h))), Effect::None);
         assert_eq!(a.update(Msg::Input(Event::FocusGained)), Effect::None);
+    }
+
+    #[test]
+    fn m_sorts_by_resident_memory_when_the_batches_carry_it() {
+        use crate::batch::{MemRow, MemStats};
+        let mut b = batch(3);
+        b.mem_stats = MemStats {
+            available: true,
+            ..Default::default()
+        };
+        // pid 1 uses the most CPU, pid 3 the most memory.
+        b.mem = (1..=3)
+            .map(|p| MemRow {
+                pid: p,
+                rss_bytes: u64::from(p) << 20,
+                rss_delta_bytes: 0,
+            })
+            .collect();
+        let mut a = App::new(20, Duration::from_millis(50));
+        a.update(Msg::Batch(b));
+        let order = |a: &App| -> Vec<u32> { a.table_rows().iter().map(|e| e.key.pid).collect() };
+        assert_eq!(order(&a), vec![1, 2, 3]);
+        a.update(ch('M'));
+        assert_eq!(a.sort, SortBy::Mem);
+        assert_eq!(a.status.as_deref(), Some(SORTED_MEM));
+        assert_eq!(order(&a), vec![3, 2, 1]);
+        a.update(ch('P'));
+        assert_eq!(order(&a), vec![1, 2, 3]);
     }
 }

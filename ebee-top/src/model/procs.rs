@@ -418,6 +418,17 @@ impl ProcTable {
     /// The `k` heaviest by CPU% (then pid), plus every pinned one, pinned first. Exited
     /// processes rank by the CPU they used before they ended.
     pub fn ranked(&self, k: usize, filter: &str) -> Vec<&ProcEntry> {
+        self.ranked_by(k, filter, None::<fn(u32) -> Option<u64>>)
+    }
+
+    /// As `ranked`, or by resident memory (`rss` of a pid, largest first) when given; a
+    /// process without a known RSS then ranks by CPU after those with one.
+    pub fn ranked_by(
+        &self,
+        k: usize,
+        filter: &str,
+        rss: Option<impl Fn(u32) -> Option<u64>>,
+    ) -> Vec<&ProcEntry> {
         let f = filter.to_lowercase();
         let matches = |e: &ProcEntry| {
             f.is_empty()
@@ -435,11 +446,21 @@ impl ProcTable {
             .entries
             .values()
             .filter(|e| !self.is_pinned(&e.key) && matches(e))
-            .filter(|e| e.cpu_pct > 0.0 || e.last_ns > 0 || e.exited())
+            .filter(|e| {
+                e.cpu_pct > 0.0
+                    || e.last_ns > 0
+                    || e.exited()
+                    || rss.as_ref().is_some_and(|f| f(e.key.pid).is_some())
+            })
             .collect();
+        let mem = |e: &ProcEntry| match (&rss, e.exited()) {
+            (Some(f), false) => f(e.key.pid).unwrap_or(0),
+            _ => 0,
+        };
         rest.sort_by(|a, b| {
-            b.cpu_pct
-                .total_cmp(&a.cpu_pct)
+            mem(b)
+                .cmp(&mem(a))
+                .then(b.cpu_pct.total_cmp(&a.cpu_pct))
                 .then(b.last_ns.cmp(&a.last_ns))
                 .then(a.key.cmp(&b.key))
         });

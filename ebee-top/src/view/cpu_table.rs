@@ -18,7 +18,21 @@ use crate::view::theme::sparkline;
 /// Columns of the burst sparkline for a table `width` wide.
 pub fn burst_width(width: u16) -> usize {
     // Half of what the fixed columns leave goes to the command, up to 2 s of cells.
-    (width.saturating_sub(36) as usize / 2).clamp(8, 200)
+    (width.saturating_sub(43) as usize / 2).clamp(8, 200)
+}
+
+/// Bytes in a 5-character unit form: `980K`, `12.3M`, `1.2G`.
+fn bytes(b: u64) -> String {
+    let k = b as f64 / 1024.0;
+    if k < 1000.0 {
+        format!("{k:.0}K")
+    } else if k < 10.0 * 1024.0 {
+        format!("{:.1}M", k / 1024.0)
+    } else if k < 1000.0 * 1024.0 {
+        format!("{:.0}M", k / 1024.0)
+    } else {
+        format!("{:.1}G", k / (1024.0 * 1024.0))
+    }
 }
 
 /// The command line with argv\[0\]'s directory dropped, for narrow screens.
@@ -81,6 +95,10 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
                 Cell::from(user),
                 Cell::from(format!("{:>5.1}", e.cpu_pct)),
                 Cell::from(format!("{:>8}", super::fmt_ns(e.total_ns))),
+                Cell::from(match m.mem.sketch.rss_of(e.key.pid) {
+                    Some(b) if !e.exited() => format!("{:>6}", bytes(b)),
+                    _ => format!("{:>6}", "-"),
+                }),
                 Cell::from(Line::from(Span::styled(burst, c.burst()))),
                 Cell::from(cmd),
             ])
@@ -94,6 +112,11 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
         Cell::from("USER"),
         Cell::from(" %CPU"),
         Cell::from("    TIME"),
+        Cell::from(if app.sort == crate::app::SortBy::Mem {
+            "  RES*"
+        } else {
+            "   RES"
+        }),
         Cell::from(burst_title),
         Cell::from("COMMAND"),
     ])
@@ -106,6 +129,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
             Constraint::Length(8),
             Constraint::Length(5),
             Constraint::Length(8),
+            Constraint::Length(6),
             Constraint::Length(bw as u16),
             Constraint::Min(10),
         ],

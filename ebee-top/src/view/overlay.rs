@@ -17,7 +17,7 @@ pub const HELP: &[(&str, &str)] = &[
     ("q, Ctrl-C", "quit"),
     ("Up/Down, j/k", "move the selection (PgUp/PgDn, Home/End)"),
     ("P", "sort by CPU"),
-    ("M", "sort by memory (once the memory pipeline is loaded)"),
+    ("M", "sort by resident memory (RES)"),
     (
         "p",
         "pin/unpin the selected process (syscall and request QoS)",
