@@ -105,7 +105,11 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
             .style(style)
         })
         .collect();
-    let burst_title = format!("BURST {:.2}s, 10ms/col", bw as f64 / 100.0);
+    let burst_title = if bw >= 24 {
+        format!("BURST {:.2}s, 10ms/col", bw as f64 / 100.0)
+    } else {
+        format!("BURST {:.2}s", bw as f64 / 100.0)
+    };
     let header = Row::new(vec![
         Cell::from("  "),
         Cell::from("    PID"),
