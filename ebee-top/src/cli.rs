@@ -15,6 +15,58 @@ pub enum Format {
     Json,
 }
 
+/// How much colour the screen uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorArg {
+    /// From NO_COLOR, COLORTERM and TERM.
+    Auto,
+    /// None: bold and reverse only.
+    Never,
+    /// The 16 ANSI colours.
+    #[value(name = "16")]
+    C16,
+    /// The 256-colour palette.
+    #[value(name = "256")]
+    C256,
+    /// 24-bit colour.
+    Truecolor,
+}
+
+/// Screen options shared by the live screen and replay.
+#[derive(Clone, Copy, Debug, Args)]
+pub struct ScreenArgs {
+    /// Colours: auto (NO_COLOR, COLORTERM, TERM decide), never, 16, 256 or truecolor.
+    #[arg(long, value_enum, default_value_t = ColorArg::Auto, value_name = "WHEN")]
+    pub color: ColorArg,
+
+    /// Only ASCII on screen: sparklines, borders and marks.
+    #[arg(long)]
+    pub ascii: bool,
+}
+
+impl ScreenArgs {
+    /// The drawing options these flags and the environment give.
+    pub fn view_opts(&self) -> crate::app::ViewOpts {
+        use crate::view::theme::Colors;
+        let env = |k: &str| std::env::var(k).ok();
+        let colors = match self.color {
+            ColorArg::Auto => Colors::detect(
+                env("NO_COLOR").as_deref(),
+                env("COLORTERM").as_deref(),
+                env("TERM").as_deref(),
+            ),
+            ColorArg::Never => Colors::None,
+            ColorArg::C16 => Colors::Ansi16,
+            ColorArg::C256 => Colors::Ansi256,
+            ColorArg::Truecolor => Colors::TrueColor,
+        };
+        crate::app::ViewOpts {
+            colors,
+            ascii: self.ascii,
+        }
+    }
+}
+
 /// ebee-top: a top for Linux whose numbers come from eBPF programs in the kernel.
 #[derive(Debug, Parser)]
 #[command(name = "ebee-top", version, about, long_about = None,
@@ -89,6 +141,9 @@ pub struct Cli {
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub record_rotate: Option<u32>,
 
+    #[command(flatten)]
+    pub screen: ScreenArgs,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -124,6 +179,9 @@ pub struct ReplayArgs {
     #[arg(short = 'k', long = "top", value_name = "K", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub top: u32,
+
+    #[command(flatten)]
+    pub screen: ScreenArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -318,6 +376,28 @@ mod tests {
                 assert_eq!(e.table, Table::Exits);
                 assert_eq!(e.to, Some(TimeSpec::FromStart(10_000)));
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn color_and_ascii_flags() {
+        use crate::view::theme::Colors;
+        let c = Cli::try_parse_from(["ebee-top", "--color", "256", "--ascii"]).unwrap();
+        assert_eq!(c.screen.view_opts().colors, Colors::Ansi256);
+        assert!(c.screen.view_opts().ascii);
+        for (v, want) in [
+            ("never", Colors::None),
+            ("16", Colors::Ansi16),
+            ("truecolor", Colors::TrueColor),
+        ] {
+            let c = Cli::try_parse_from(["ebee-top", "--color", v]).unwrap();
+            assert_eq!(c.screen.view_opts().colors, want);
+        }
+        assert!(Cli::try_parse_from(["ebee-top", "--color", "88"]).is_err());
+        let c = Cli::try_parse_from(["ebee-top", "replay", "f", "--color", "never"]).unwrap();
+        match c.command {
+            Some(Command::Replay(r)) => assert_eq!(r.screen.color, ColorArg::Never),
             other => panic!("{other:?}"),
         }
     }

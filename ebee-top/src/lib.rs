@@ -7,6 +7,7 @@ pub mod batch_qos;
 pub mod cli;
 pub mod exit;
 pub mod export;
+pub mod host;
 pub mod latency;
 pub mod model;
 pub mod output;

@@ -24,6 +24,10 @@ use crate::source::Source;
 
 /// Playback speeds, slowest first.
 pub const SPEEDS: [f64; 7] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0];
+/// Recorded time re-read before the interval shown after a seek: the process table's burst
+/// history (60 s) plus a second of margin.
+pub const HISTORY_WARMUP_MS: u64 =
+    crate::model::procs::HISTORY_CELLS * crate::model::procs::CELL_NS / 1_000_000 + 1_000;
 /// Longest pause between two intervals at 1x (a gap in the recording is not waited out).
 const MAX_GAP: Duration = Duration::from_secs(5);
 
@@ -187,10 +191,14 @@ impl Replay {
     }
 
     /// The Model as it was live after interval `target`: rebuilt from enough intervals before
-    /// it to cover what the Model remembers.
+    /// it to cover what the Model remembers (the ranking's last intervals, and the screen's
+    /// minute of burst history: `HISTORY_WARMUP_MS` of recorded time).
     fn model_at(&mut self, target: usize) -> Model {
         let mut m = Model::new();
-        for i in target.saturating_sub(WARMUP_INTERVALS)..=target {
+        let t = self.reader.entries().get(target).map_or(0, |e| e.head.t_ms);
+        let by_time = self.reader.index_at_ms(t.saturating_sub(HISTORY_WARMUP_MS));
+        let first = target.saturating_sub(WARMUP_INTERVALS).min(by_time);
+        for i in first..=target {
             if let Some(b) = self.decode(i) {
                 m.ingest(&b);
             }
@@ -474,6 +482,8 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     let (ctl_tx, ctl_rx) = std::sync::mpsc::channel::<ReplayCmd>();
     let interval = Duration::from_nanos(replay.reader().meta().interval_ns.max(1));
     let mut app = App::new(a.top as usize, interval);
+    app.opts = a.screen.view_opts();
+    app.users = crate::host::users();
     let first = a.from.map(|t| replay.command(ReplayCmd::GoTo(t)));
     if a.paused {
         replay.command(ReplayCmd::TogglePause);
@@ -562,6 +572,18 @@ mod tests {
         let same = |a: &Model, b: &Model| {
             assert_eq!(a.latest(), b.latest());
             assert_eq!(a.top_cpu(50), b.top_cpu(50));
+            // The screen's table, burst history included.
+            let rows = |m: &Model| -> Vec<crate::model::procs::ProcEntry> {
+                m.table.ranked(50, "").into_iter().cloned().collect()
+            };
+            let ra = rows(a);
+            let rb = rows(b);
+            assert_eq!(ra.len(), rb.len());
+            for (x, y) in ra.iter().zip(&rb) {
+                assert_eq!(x.key, y.key);
+                assert_eq!(x.burst, y.burst);
+                assert!((x.cpu_pct - y.cpu_pct).abs() < 1e-9);
+            }
         };
         assert_eq!(batch_of(r.command(ReplayCmd::Step(1))), batches[0]);
         assert!(r.status().paused);

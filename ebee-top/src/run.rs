@@ -182,7 +182,7 @@ fn interactive(cli: &Cli) -> anyhow::Result<()> {
     let mut live = Live::start(probe_config(cli), cli.delay)?;
     pin(&mut live, cli)?;
     let (tx, rx) = mpsc::channel::<Msg>();
-    let (ctl_tx, ctl_rx) = mpsc::channel::<Duration>();
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>();
 
     let rec_tx = tx.clone();
     let recorder = start_recording(
@@ -199,17 +199,29 @@ fn interactive(cli: &Cli) -> anyhow::Result<()> {
         None => Box::new(live),
     };
     spawn_source(source, tx.clone(), ctl_rx)?;
+    let host_tx = tx.clone();
+    crate::host::spawn(move |h| host_tx.send(Msg::Host(Box::new(h))).is_ok())
+        .context("starting the host thread")?;
     let mut app = App::new(cli.top as usize, cli.delay);
+    app.opts = cli.screen.view_opts();
+    app.users = crate::host::users();
+    for pid in &cli.pids {
+        app.model.table.pin_pid(*pid);
+    }
     if let Some(path) = &cli.record {
         app.recording = Some(crate::record::RecStatus {
             path: path.display().to_string(),
             ..Default::default()
         });
     }
-    let r = run_ui(app, tx, rx, cli.latency_report.as_deref(), |e| {
-        if let Effect::SetInterval(d) = e {
-            let _ = ctl_tx.send(d);
+    let r = run_ui(app, tx, rx, cli.latency_report.as_deref(), |e| match e {
+        Effect::SetInterval(d) => {
+            let _ = ctl_tx.send(Ctl::Interval(d));
         }
+        Effect::SetPins(p) => {
+            let _ = ctl_tx.send(Ctl::Pins(p));
+        }
+        _ => {}
     });
     if let Some(rec) = recorder {
         let st = rec.finish();
@@ -235,7 +247,10 @@ pub(crate) fn run_ui(
     let mut latency = crate::latency::Latency::new();
     spawn_signals(tx.clone())?;
     let mut tui = crate::tui::Tui::enter().context("setting up the terminal")?;
-    spawn_input(tx)?;
+    spawn_input(tx.clone())?;
+    if let Ok(size) = tui.terminal.size() {
+        app.screen = (size.width, size.height);
+    }
 
     tui.terminal
         .draw(|f| crate::view::render(&app, f))
@@ -252,6 +267,20 @@ pub(crate) fn run_ui(
             Effect::None => continue,
             Effect::Quit => break,
             Effect::Redraw => {}
+            Effect::Details(k) => {
+                // Read now, on opening: one small /proc read, never while drawing.
+                let d = if app.replay.is_some() {
+                    // This machine's /proc says nothing about a recorded process.
+                    crate::host::Details {
+                        pid: k.pid,
+                        note: Some("from a recording: only what was recorded is known".into()),
+                        ..Default::default()
+                    }
+                } else {
+                    crate::host::details(k.pid, k.start_ticks)
+                };
+                app.update(Msg::Details(Box::new(d)));
+            }
             other => on_effect(other),
         }
         tui.terminal
@@ -272,19 +301,37 @@ pub(crate) fn run_ui(
     }
 }
 
+/// What the UI asks of the drain thread.
+#[derive(Debug)]
+enum Ctl {
+    Interval(Duration),
+    Pins(Vec<u32>),
+}
+
 fn spawn_source(
     mut source: Box<dyn Source + Send>,
     tx: mpsc::Sender<Msg>,
-    ctl: mpsc::Receiver<Duration>,
+    ctl: mpsc::Receiver<Ctl>,
 ) -> anyhow::Result<()> {
     std::thread::Builder::new()
         .name("drain".into())
         .spawn(move || {
             loop {
-                while let Ok(d) = ctl.try_recv() {
-                    if let Err(e) = source.set_interval(d) {
-                        let _ = tx.send(Msg::SourceError(format!("{e:#}")));
-                        return;
+                while let Ok(c) = ctl.try_recv() {
+                    match c {
+                        Ctl::Interval(d) => {
+                            if let Err(e) = source.set_interval(d) {
+                                let _ = tx.send(Msg::SourceError(format!("{e:#}")));
+                                return;
+                            }
+                        }
+                        // A refused pin (the process just ended, too many) is news, not an
+                        // error: the screen goes on.
+                        Ctl::Pins(p) => {
+                            if let Err(e) = source.set_pins(&p) {
+                                let _ = tx.send(Msg::Notice(format!("pin: {e:#}")));
+                            }
+                        }
                     }
                 }
                 let msg = match source.next_batch() {

@@ -66,6 +66,7 @@ pub fn run(which: Which) -> Result<()> {
     crate::setup::setup(crate::setup::Needs {
         test: false,
         bench: true,
+        screenshots: false,
     })?;
     util::build_release()?;
     match which {

@@ -4,6 +4,7 @@
 mod bench;
 mod bench_qos;
 mod scale;
+mod screenshots;
 mod setup;
 mod util;
 
@@ -27,6 +28,9 @@ enum Cmd {
         /// Also the packages the benchmarks need.
         #[arg(long)]
         bench: bool,
+        /// Also the packages `cargo xtask screenshots` needs.
+        #[arg(long)]
+        screenshots: bool,
     },
     /// Set up, build, and start ebee-top live (as root, through sudo when needed).
     Run {
@@ -40,6 +44,8 @@ enum Cmd {
         /// Only tests whose name contains this.
         filter: Option<String>,
     },
+    /// Regenerate the PNGs in screenshots/ from the real binary (tmux, aha, headless Chromium).
+    Screenshots,
     /// Benchmarks; each prints a table and updates BENCHMARKS.md.
     Bench {
         #[command(subcommand)]
@@ -50,10 +56,19 @@ enum Cmd {
 fn main() {
     let args = Args::parse();
     let r = match args.cmd {
-        Cmd::Setup { test, bench } => setup::setup(setup::Needs { test, bench }),
+        Cmd::Setup {
+            test,
+            bench,
+            screenshots,
+        } => setup::setup(setup::Needs {
+            test,
+            bench,
+            screenshots,
+        }),
         Cmd::Run { args } => run(args),
         Cmd::Test { filter } => test(filter),
         Cmd::Bench { which } => bench::run(which),
+        Cmd::Screenshots => screenshots::run(),
     };
     if let Err(e) = r {
         eprintln!("xtask: {e:#}");
@@ -72,6 +87,7 @@ fn test(filter: Option<String>) -> Result<()> {
     setup::setup(setup::Needs {
         test: true,
         bench: false,
+        screenshots: false,
     })?;
     let f: Vec<String> = filter.into_iter().collect();
     util::step("cargo fmt --check", || {

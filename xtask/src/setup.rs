@@ -12,12 +12,15 @@ use crate::util::{is_root, output, status};
 pub struct Needs {
     pub test: bool,
     pub bench: bool,
+    pub screenshots: bool,
 }
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests need (tmux drives the TUI end to end).
 const TEST_PACKAGES: &[&str] = &["tmux", "util-linux", "procps"];
+/// Debian packages `cargo xtask screenshots` needs (not the tests).
+const SCREENSHOT_PACKAGES: &[&str] = &["tmux", "aha", "chromium"];
 /// Debian packages the benchmarks need.
 const BENCH_PACKAGES: &[&str] = &[
     "redis-server",
@@ -39,6 +42,11 @@ pub fn setup(n: Needs) -> Result<()> {
     if n.bench {
         pkgs.extend(BENCH_PACKAGES);
     }
+    if n.screenshots {
+        pkgs.extend(SCREENSHOT_PACKAGES);
+    }
+    pkgs.sort_unstable();
+    pkgs.dedup();
     debian(&pkgs)
 }
 

@@ -2,6 +2,7 @@
 //! ratatui, no I/O, no clocks: everything it knows came in a Batch.
 
 pub mod mem;
+pub mod procs;
 pub mod qos;
 
 use std::collections::HashMap;
@@ -29,7 +30,7 @@ pub struct CpuEntry {
     pub exited: bool,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Model {
     latest: Option<Batch>,
     procs: HashMap<u32, ProcInfo>,
@@ -37,6 +38,8 @@ pub struct Model {
     exited: HashMap<u32, u64>,
     /// Syscall and request QoS of pinned processes.
     pub qos: qos::QosModel,
+    /// The interactive screen's process table: burst history, exited processes, pins.
+    pub table: procs::ProcTable,
     /// Resident memory per process: last known, rankings by RES and by growth.
     pub mem: mem::MemModel,
 }
@@ -66,6 +69,7 @@ impl Model {
             self.procs.insert(p.pid, p.clone());
         }
         self.qos.ingest(b);
+        self.table.ingest(b);
         self.latest = Some(b.clone());
     }
 

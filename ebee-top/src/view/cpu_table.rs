@@ -1,53 +1,147 @@
-//! The top-k CPU table.
+//! The process table: pins first, then the heaviest by CPU% over the last second; each row
+//! with its on-CPU time since ebee-top saw it and a burst sparkline whose every column is one
+//! 10 ms cell of the kernel's burst bins (a full column is one core busy for the whole cell),
+//! newest on the right.
 
 use ratatui::{
     Frame,
     layout::{Constraint, Rect},
-    style::{Modifier, Style},
-    widgets::{Row, Table, TableState},
+    style::Style,
+    text::{Line, Span},
+    widgets::{Cell, Row, Table, TableState},
 };
 
 use crate::app::App;
+use crate::model::procs::CELL_NS;
+use crate::view::theme::sparkline;
+
+/// Columns of the burst sparkline for a table `width` wide.
+pub fn burst_width(width: u16) -> usize {
+    // Half of what the fixed columns leave goes to the command, up to 2 s of cells.
+    (width.saturating_sub(43) as usize / 2).clamp(8, 200)
+}
+
+/// Bytes in a 5-character unit form: `980K`, `12.3M`, `1.2G`.
+fn bytes(b: u64) -> String {
+    let k = b as f64 / 1024.0;
+    if k < 1000.0 {
+        format!("{k:.0}K")
+    } else if k < 10.0 * 1024.0 {
+        format!("{:.1}M", k / 1024.0)
+    } else if k < 1000.0 * 1024.0 {
+        format!("{:.0}M", k / 1024.0)
+    } else {
+        format!("{:.1}G", k / (1024.0 * 1024.0))
+    }
+}
+
+/// The command line with argv\[0\]'s directory dropped, for narrow screens.
+fn short_command(cmd: &str) -> String {
+    if cmd.starts_with('[') {
+        // A kernel thread's name, not a path.
+        return cmd.to_string();
+    }
+    let (first, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
+    let base = match first.rsplit_once('/') {
+        Some((_, b)) if !b.is_empty() => b,
+        _ => first,
+    };
+    if rest.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base} {rest}")
+    }
+}
 
 pub fn render(app: &App, f: &mut Frame, area: Rect) {
+    let c = app.opts.colors;
+    let m = app.shown();
+    let now = m.table.now_cell();
+    let bw = burst_width(area.width);
     let rows: Vec<Row> = app
-        .rows()
+        .table_rows()
         .into_iter()
-        .map(|r| {
-            let name = if r.cmdline.is_empty() {
-                if r.kthread {
-                    format!("[{}]", r.comm)
-                } else {
-                    r.comm.clone()
-                }
+        .map(|e| {
+            let pinned = m.table.is_pinned(&e.key) || e.kernel_pinned;
+            let flag = match (pinned, e.exited()) {
+                (true, true) => "PX",
+                (true, false) => "P ",
+                (false, true) => " X",
+                _ => "  ",
+            };
+            let user = match e.uid {
+                Some(u) => app.users.get(&u).cloned().unwrap_or_else(|| u.to_string()),
+                None => "?".into(),
+            };
+            let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, app.opts.ascii);
+            let mut cmd = e.command();
+            if area.width < 120 {
+                cmd = short_command(&cmd);
+            }
+            if e.exited() {
+                // First, so a narrow column still shows it.
+                cmd = format!("(exited) {cmd}");
+            }
+            let style = if e.exited() {
+                c.exited()
+            } else if pinned {
+                c.pinned()
             } else {
-                r.cmdline.clone()
+                Style::default()
             };
             Row::new(vec![
-                format!("{}", r.pid),
-                format!("{:.1}", r.cpu_pct),
-                format!("{:.2}", r.cpu_ns as f64 / 1e6),
-                if r.exited {
-                    format!("{name} (exited)")
-                } else {
-                    name
-                },
+                Cell::from(flag),
+                Cell::from(format!("{:>7}", e.key.pid)),
+                Cell::from(user),
+                Cell::from(format!("{:>5.1}", e.cpu_pct)),
+                Cell::from(format!("{:>8}", super::fmt_ns(e.total_ns))),
+                Cell::from(match m.mem.sketch.rss_of(e.key.pid) {
+                    Some(b) if !e.exited() => format!("{:>6}", bytes(b)),
+                    _ => format!("{:>6}", "-"),
+                }),
+                Cell::from(Line::from(Span::styled(burst, c.burst()))),
+                Cell::from(cmd),
             ])
+            .style(style)
         })
         .collect();
-    let header = Row::new(vec!["PID", "%CPU", "TIME(ms)", "COMMAND"])
-        .style(Style::default().add_modifier(Modifier::REVERSED));
+    let burst_title = if bw >= 24 {
+        format!("BURST {:.2}s, 10ms/col", bw as f64 / 100.0)
+    } else {
+        format!("BURST {:.2}s", bw as f64 / 100.0)
+    };
+    let header = Row::new(vec![
+        Cell::from("  "),
+        Cell::from("    PID"),
+        Cell::from("USER"),
+        Cell::from(" %CPU"),
+        Cell::from("    TIME"),
+        Cell::from(if app.sort == crate::app::SortBy::Mem {
+            "  RES*"
+        } else {
+            "   RES"
+        }),
+        Cell::from(burst_title),
+        Cell::from("COMMAND"),
+    ])
+    .style(c.header_row());
     let table = Table::new(
         rows,
         [
+            Constraint::Length(2),
             Constraint::Length(7),
+            Constraint::Length(8),
+            Constraint::Length(5),
+            Constraint::Length(8),
             Constraint::Length(6),
-            Constraint::Length(9),
+            Constraint::Length(bw as u16),
             Constraint::Min(10),
         ],
     )
     .header(header)
-    .row_highlight_style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
+    .column_spacing(1)
+    .highlight_symbol(">")
+    .row_highlight_style(c.selected());
     let mut state = TableState::default().with_selected(Some(app.selected));
     f.render_stateful_widget(table, area, &mut state);
 }

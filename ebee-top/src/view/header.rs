@@ -1,29 +1,127 @@
-//! The header: interval, CPUs, context switches and what was lost.
+//! The header: host, kernel, uptime, load, CPU and memory totals; the interval, context
+//! switches, ebee-top's own cost, and what was lost.
 
-use ratatui::{Frame, layout::Rect, text::Line, widgets::Paragraph};
+use ratatui::{
+    Frame,
+    layout::Rect,
+    text::{Line, Span},
+    widgets::Paragraph,
+};
 
 use crate::app::App;
 
+/// Lines the header takes: a third one when something was lost or there is room.
+pub fn height(app: &App, area: Rect) -> u16 {
+    let lost = app.shown().latest().is_some_and(|b| {
+        b.dropped.sketch_evictions
+            + b.dropped.lifecycle_lost
+            + b.dropped.handshake_timeouts
+            + b.dropped.shadow_full
+            > 0
+    });
+    if lost || area.height >= 40 { 3 } else { 2 }
+}
+
+fn uptime(s: u64) -> String {
+    let d = s / 86_400;
+    let h = (s / 3600) % 24;
+    let m = (s / 60) % 60;
+    if d > 0 {
+        format!("{d}d {h:02}:{m:02}")
+    } else {
+        format!("{h:02}:{m:02}")
+    }
+}
+
+fn gib(kib: u64) -> String {
+    format!("{:.1}", kib as f64 / (1024.0 * 1024.0))
+}
+
 pub fn render(app: &App, f: &mut Frame, area: Rect) {
-    let mut lines = Vec::new();
-    match app.model.latest() {
-        Some(b) => {
-            lines.push(Line::from(format!(
-                "ebee-top  {}  interval {:.0} ms  cpus {}  switches {}{}",
-                crate::output::fmt_wall(b.t_ms),
-                b.interval_ns() as f64 / 1e6,
-                b.ncpus,
-                b.switches,
-                if app.paused { "  [paused]" } else { "" }
-            )));
-            lines.push(Line::from(format!(
-                "lost: {} evictions ({:.3} ms), {} lifecycle events",
-                b.dropped.sketch_evictions,
-                b.dropped.sketch_evicted_ns as f64 / 1e6,
-                b.dropped.lifecycle_lost
+    let c = app.opts.colors;
+    let m = app.shown();
+    let mut first = vec![Span::styled("ebee-top", c.title())];
+    match &app.host {
+        Some(h) => {
+            first.push(Span::raw(format!(
+                "  {}  {}  up {}  load {:.2} {:.2} {:.2}",
+                h.hostname,
+                h.kernel,
+                uptime(h.uptime_s),
+                h.load[0],
+                h.load[1],
+                h.load[2]
             )));
         }
-        None => lines.push(Line::from("ebee-top  waiting for the first interval...")),
+        None => {
+            if let Some(r) = &app.replay
+                && !r.status.host.is_empty()
+            {
+                first.push(Span::raw(format!("  replay of {}", r.status.host)));
+            }
+        }
+    }
+    if let Some(b) = m.latest() {
+        first.push(Span::raw(format!("  {}", crate::output::fmt_wall(b.t_ms))));
+    }
+    if app.paused {
+        first.push(Span::styled("  [paused]", c.warn()));
+    }
+    let mut lines = vec![Line::from(first)];
+    let Some(b) = m.latest() else {
+        lines.push(Line::from("waiting for the first interval..."));
+        f.render_widget(Paragraph::new(lines), area);
+        return;
+    };
+    let mut second = Vec::new();
+    if let Some(h) = &app.host {
+        if let Some(busy) = h.cpu_busy_pct {
+            second.push(format!("CPU {busy:.1}% of {}", b.ncpus));
+        }
+        if h.mem_total_kib > 0 {
+            second.push(format!(
+                "Mem {}/{}G",
+                gib(h.mem_total_kib.saturating_sub(h.mem_avail_kib)),
+                gib(h.mem_total_kib)
+            ));
+        }
+    } else {
+        second.push(format!("{} CPUs", b.ncpus));
+    }
+    let ns = b.interval_ns().max(1) as f64;
+    second.push(format!("interval {:.0}ms", ns / 1e6));
+    // Own cost as a share of one core: the process's CPU time plus its programs' run time.
+    let own = b.cost.cpu_ns as f64 * 100.0 / ns;
+    second.push(match b.cost.bpf_ns {
+        Some(bpf) => format!(
+            "self {:.2}% (bpf {:.2}%)",
+            own + bpf as f64 * 100.0 / ns,
+            bpf as f64 * 100.0 / ns
+        ),
+        None => format!("self {own:.2}% (bpf n/a)"),
+    });
+    second.push(format!("{} sw", b.switches));
+    lines.push(Line::from(second.join("  ")));
+    if area.height >= 3 {
+        let d = &b.dropped;
+        let text = format!(
+            "lost: {} sketch evictions ({:.3} ms), {} lifecycle events, {} handshake timeouts{}",
+            d.sketch_evictions,
+            d.sketch_evicted_ns as f64 / 1e6,
+            d.lifecycle_lost,
+            d.handshake_timeouts,
+            if d.shadow_full > 0 {
+                format!(", {} shadow full", d.shadow_full)
+            } else {
+                String::new()
+            }
+        );
+        let lost = d.sketch_evictions + d.lifecycle_lost + d.handshake_timeouts + d.shadow_full;
+        lines.push(if lost > 0 {
+            Line::styled(text, c.warn())
+        } else {
+            Line::from(text)
+        });
     }
     f.render_widget(Paragraph::new(lines), area);
 }

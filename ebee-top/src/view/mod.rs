@@ -1,20 +1,36 @@
 //! Drawing: one file per screen region. Views read the App; they never do I/O.
+//!
+//! Layout, by priority when space is short: the header (2 lines), the CPU table, the footer
+//! (status, filter or key hints; the replay timeline or the recording status), then the QoS
+//! pane of the selected or pinned process (beside the table when the screen is wide, below it
+//! when it is tall, a compact strip otherwise). The left column is split between the CPU table
+//! and the memory table once the memory pipeline feeds the Model; overlays (help, details) go
+//! on top.
 
+mod burst;
 mod cpu_table;
+mod footer;
 mod header;
-mod timeline;
+mod overlay;
+mod qos;
+pub mod theme;
+pub(crate) mod timeline;
 
 use ratatui::{
     Frame,
-    layout::{Constraint, Layout},
+    layout::{Constraint, Layout, Rect},
     widgets::Paragraph,
 };
 
-use crate::app::App;
+use crate::app::{App, Overlay};
 
 /// The smallest terminal we draw into; below it we say so instead.
-pub const MIN_WIDTH: u16 = 40;
-pub const MIN_HEIGHT: u16 = 6;
+pub const MIN_WIDTH: u16 = 50;
+pub const MIN_HEIGHT: u16 = 10;
+/// From this width the QoS pane goes beside the table.
+const WIDE: u16 = 150;
+/// From this height the QoS pane gets its full height below the table.
+const TALL: u16 = 36;
 
 pub fn render(app: &App, f: &mut Frame) {
     let area = f.area();
@@ -23,16 +39,104 @@ pub fn render(app: &App, f: &mut Frame) {
             "terminal too small: {}x{}, need at least {}x{}",
             area.width, area.height, MIN_WIDTH, MIN_HEIGHT
         );
-        f.render_widget(Paragraph::new(msg), area);
+        f.render_widget(
+            Paragraph::new(msg).wrap(ratatui::widgets::Wrap { trim: true }),
+            area,
+        );
         return;
     }
-    let [head, body, foot] = Layout::vertical([
-        Constraint::Length(2),
-        Constraint::Min(1),
+    let head_h = header::height(app, area);
+    let [head, body, foot, tl] = Layout::vertical([
+        Constraint::Length(head_h),
+        Constraint::Min(3),
+        Constraint::Length(1),
         Constraint::Length(timeline::height(app)),
     ])
     .areas(area);
     header::render(app, f, head);
-    cpu_table::render(app, f, body);
-    timeline::render(app, f, foot);
+    let qos_pid = app.qos_pid();
+    let (left, qos_area) = match qos_pid {
+        Some(_) if body.width >= WIDE => {
+            let w = (body.width * 2 / 5).clamp(60, 100);
+            let [l, r] =
+                Layout::horizontal([Constraint::Min(60), Constraint::Length(w)]).areas(body);
+            (l, Some(r))
+        }
+        Some(_) => {
+            let h = if area.height >= TALL {
+                qos::FULL_HEIGHT
+            } else {
+                qos::COMPACT_HEIGHT
+            };
+            let h = h.min(body.height.saturating_sub(5));
+            let [l, r] = Layout::vertical([Constraint::Min(5), Constraint::Length(h)]).areas(body);
+            (l, (h >= 3).then_some(r))
+        }
+        None => (body, None),
+    };
+    // The minute of burst history of the selected process: under the QoS pane when that is
+    // beside the table, else under the table when the screen is tall.
+    let (left, qos_area, burst_area) = match qos_area {
+        Some(q) if body.width >= WIDE && q.height >= qos::FULL_HEIGHT + burst::HEIGHT => {
+            let [q, b] = Layout::vertical([
+                Constraint::Min(qos::FULL_HEIGHT),
+                Constraint::Length(burst::HEIGHT),
+            ])
+            .areas(q);
+            (left, Some(q), Some(b))
+        }
+        _ if left.height >= 30 => {
+            let [l, b] = Layout::vertical([Constraint::Min(10), Constraint::Length(burst::HEIGHT)])
+                .areas(left);
+            (l, qos_area, Some(b))
+        }
+        _ => (left, qos_area, None),
+    };
+    // The memory table (branch `mem`) takes the lower part of `left` once its data exists.
+    let cpu: Rect = left;
+    cpu_table::render(app, f, cpu);
+    if let (Some(pid), Some(a)) = (qos_pid, qos_area) {
+        qos::render(app, pid, f, a);
+    }
+    if let Some(b) = burst_area {
+        burst::render(app, f, b);
+    }
+    footer::render(app, f, foot);
+    timeline::render(app, f, tl);
+    match &app.overlay {
+        Some(Overlay::Help) => overlay::help(app, f, area),
+        Some(Overlay::Details(k, d)) => overlay::details(app, *k, d.as_deref(), f, area),
+        None => {}
+    }
 }
+
+/// Format ns as a short duration: `850us`, `12.3ms`, `1.25s`, `2:03.4`.
+pub fn fmt_ns(ns: u64) -> String {
+    let ms = ns as f64 / 1e6;
+    if ns < 1000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 {
+        format!("{}us", ns / 1000)
+    } else if ms < 1000.0 {
+        format!("{ms:.1}ms")
+    } else if ms < 60_000.0 {
+        format!("{:.2}s", ms / 1000.0)
+    } else {
+        let s = ns / 1_000_000_000;
+        format!("{}:{:02}.{}", s / 60, s % 60, (ns / 100_000_000) % 10)
+    }
+}
+
+/// Format µs with a unit that keeps it short.
+pub fn fmt_us(us: f64) -> String {
+    if us < 1000.0 {
+        format!("{us:.1}us")
+    } else if us < 1e6 {
+        format!("{:.2}ms", us / 1e3)
+    } else {
+        format!("{:.2}s", us / 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests;

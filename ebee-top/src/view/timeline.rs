@@ -29,7 +29,15 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
         return;
     }
     if let Some(r) = &app.replay {
-        f.render_widget(Paragraph::new(lines(r, area.width)), area);
+        let mut l = lines(r, area.width);
+        if app.opts.ascii {
+            for line in &mut l {
+                for span in &mut line.spans {
+                    span.content = asciify(&span.content).into();
+                }
+            }
+        }
+        f.render_widget(Paragraph::new(l), area);
     } else if let Some(s) = &app.recording {
         let style = if s.stopped.is_some() {
             Style::default().add_modifier(Modifier::BOLD)
@@ -38,6 +46,29 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
         };
         f.render_widget(Paragraph::new(Line::styled(s.line(), style)), area);
     }
+}
+
+/// The timeline's symbols in ASCII, for `--ascii` (same widths for the bar's cells).
+pub fn asciify(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\u{23f8}' => out.push_str("||"),
+            '\u{25a0}' => out.push_str("[]"),
+            '\u{25b6}' => out.push('>'),
+            '\u{2501}' => out.push('='),
+            '\u{25cf}' => out.push('O'),
+            '\u{2500}' => out.push('-'),
+            '\u{2192}' => out.push_str("->"),
+            '\u{2190}' => out.push_str("<-"),
+            '\u{b1}' => out.push_str("+-"),
+            '\u{2588}' => out.push('_'),
+            '\u{26a0}' => out.push('!'),
+            c if c.is_ascii() => out.push(c),
+            _ => out.push('?'),
+        }
+    }
+    out
 }
 
 /// A bar `width` cells wide with a marker at `pos` of `len`.
@@ -111,6 +142,21 @@ fn lines(r: &ReplayControl, width: u16) -> Vec<Line<'static>> {
 mod tests {
     use super::*;
     use crate::replay::ReplayStatus;
+
+    #[test]
+    fn ascii_timeline_is_ascii() {
+        let c = ReplayControl::new(ReplayStatus {
+            file: "x.ebr".into(),
+            shown: Some(1),
+            len: 3,
+            paused: true,
+            ..Default::default()
+        });
+        for l in lines(&c, 100) {
+            assert!(asciify(&l.to_string()).is_ascii());
+        }
+        assert_eq!(asciify("\u{2190}/\u{2192} \u{b1}10s"), "<-/-> +-10s");
+    }
 
     #[test]
     fn bar_marks_the_position() {

@@ -1,0 +1,71 @@
+//! The minute of burst history of the selected process: one row per slice of the minute,
+//! oldest at the top; each column is the busiest 10 ms cell of its span, so a short burst
+//! keeps its height however many cells a column covers.
+
+use ratatui::{
+    Frame,
+    layout::Rect,
+    text::{Line, Span},
+    widgets::{Block, Borders, Paragraph},
+};
+
+use crate::app::App;
+use crate::model::procs::{CELL_NS, HISTORY_CELLS};
+use crate::view::theme::{border_set, spark};
+
+/// Rows the pane takes.
+pub const HEIGHT: u16 = 9;
+
+pub fn render(app: &App, f: &mut Frame, area: Rect) {
+    let c = app.opts.colors;
+    let Some(e) = app.selected_entry() else {
+        return;
+    };
+    let inner_w = area.width.saturating_sub(2 + 6) as u64;
+    let rows = u64::from(area.height.saturating_sub(2)).max(1);
+    if inner_w == 0 {
+        return;
+    }
+    // Cells per column so that rows x columns cover the minute.
+    let per_col = HISTORY_CELLS.div_ceil(rows * inner_w).max(1);
+    let per_row = per_col * inner_w;
+    let title = format!(
+        " burst history {} {}: {} s, 1 col = busiest 10 ms of {} ms ",
+        e.key.pid,
+        e.comm,
+        per_row * rows * CELL_NS / 1_000_000_000,
+        per_col * CELL_NS / 1_000_000
+    );
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_set(border_set(app.opts.ascii))
+        .border_style(c.border())
+        .title(Line::styled(title, c.title()));
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let now = app.shown().table.now_cell();
+    let total = (per_row * rows) as usize;
+    let cells = e.burst.dense(now, total);
+    let lines: Vec<Line> = cells
+        .chunks(per_row as usize)
+        .enumerate()
+        .map(|(i, row)| {
+            let ago_s = (rows - i as u64) * per_row * CELL_NS / 1_000_000_000;
+            let s: String = row
+                .chunks(per_col as usize)
+                .map(|col| {
+                    spark(
+                        col.iter().copied().max().unwrap_or(0),
+                        CELL_NS,
+                        app.opts.ascii,
+                    )
+                })
+                .collect();
+            Line::from(vec![
+                Span::raw(format!("{:>5} ", format!("-{ago_s}s"))),
+                Span::styled(s, c.burst()),
+            ])
+        })
+        .collect();
+    f.render_widget(Paragraph::new(lines), inner);
+}

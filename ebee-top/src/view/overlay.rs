@@ -1,0 +1,141 @@
+//! What is drawn over the panes: the help screen and a process's details.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Layout, Rect},
+    text::Line,
+    widgets::{Block, Borders, Clear, Paragraph, Wrap},
+};
+
+use crate::app::App;
+use crate::host::Details;
+use crate::model::procs::ProcKey;
+use crate::view::theme::border_set;
+
+/// The keys, as the help screen lists them (the README's table says the same).
+pub const HELP: &[(&str, &str)] = &[
+    ("q, Ctrl-C", "quit"),
+    ("Up/Down, j/k", "move the selection (PgUp/PgDn, Home/End)"),
+    ("P", "sort by CPU"),
+    ("M", "sort by resident memory (RES)"),
+    (
+        "p",
+        "pin/unpin the selected process (syscall and request QoS)",
+    ),
+    ("/", "filter by name or pid; Esc clears"),
+    ("space", "pause the screen (collection and recording go on)"),
+    ("+ / -", "longer / shorter interval (10 ms to 10 s)"),
+    ("Tab", "move the focus between the table and the QoS pane"),
+    ("Enter", "details of the selected process"),
+    ("h, ?", "this help; any key closes it"),
+];
+
+fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width);
+    let h = h.min(area.height);
+    let [_, mid, _] = Layout::vertical([
+        Constraint::Fill(1),
+        Constraint::Length(h),
+        Constraint::Fill(1),
+    ])
+    .areas(area);
+    let [_, c, _] = Layout::horizontal([
+        Constraint::Fill(1),
+        Constraint::Length(w),
+        Constraint::Fill(1),
+    ])
+    .areas(mid);
+    c
+}
+
+fn block(app: &App, title: &str) -> Block<'static> {
+    Block::default()
+        .borders(Borders::ALL)
+        .border_set(border_set(app.opts.ascii))
+        .border_style(app.opts.colors.border())
+        .title(Line::styled(format!(" {title} "), app.opts.colors.title()))
+}
+
+pub fn help(app: &App, f: &mut Frame, area: Rect) {
+    let mut lines: Vec<Line> = HELP
+        .iter()
+        .map(|(k, v)| Line::from(format!("{k:<14} {v}")))
+        .collect();
+    if app.replay.is_some() {
+        lines.push(Line::from(""));
+        let keys = if app.opts.ascii {
+            super::timeline::asciify(crate::replay::KEYS)
+        } else {
+            crate::replay::KEYS.to_string()
+        };
+        lines.push(Line::from(format!("replay: {keys}")));
+    }
+    let r = centered(area, 76, lines.len() as u16 + 2);
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines)
+            .block(block(app, "keys"))
+            .wrap(Wrap { trim: false }),
+        r,
+    );
+}
+
+pub fn details(app: &App, key: ProcKey, d: Option<&Details>, f: &mut Frame, area: Rect) {
+    let m = app.shown();
+    let e = m.table.get(&key);
+    let mut lines = Vec::new();
+    let known_cmd = e.map(|e| e.command()).unwrap_or_default();
+    match d {
+        None => lines.push(Line::from("reading /proc...")),
+        Some(d) => {
+            let cmd = if d.cmdline.is_empty() {
+                known_cmd
+            } else {
+                d.cmdline.clone()
+            };
+            lines.push(Line::from(format!("command  {cmd}")));
+            if let Some(n) = &d.note {
+                lines.push(Line::styled(n.clone(), app.opts.colors.warn()));
+            } else {
+                lines.push(Line::from(format!(
+                    "name     {}  state {}",
+                    d.comm, d.state
+                )));
+                lines.push(Line::from(format!("user     {}", d.user)));
+                if let Some(t) = d.threads {
+                    lines.push(Line::from(format!("threads  {t}")));
+                }
+                if let Some(s) = d.start_s {
+                    let up = app.host.as_ref().map(|h| h.uptime_s as f64);
+                    lines.push(Line::from(match up {
+                        Some(up) if up >= s => format!(
+                            "started  {s:.1} s after boot ({} ago)",
+                            super::fmt_ns(((up - s) * 1e9) as u64)
+                        ),
+                        _ => format!("started  {s:.1} s after boot"),
+                    }));
+                }
+                lines.push(Line::from(format!("cgroup   {}", d.cgroup)));
+            }
+        }
+    }
+    if let Some(e) = e {
+        lines.push(Line::from(format!(
+            "on-CPU   {} since seen, {:.1}% over the last second{}",
+            super::fmt_ns(e.total_ns),
+            e.cpu_pct,
+            if e.exited() { " (exited)" } else { "" }
+        )));
+    }
+    lines.push(Line::from(""));
+    lines.push(Line::from("any key closes"));
+    let w = area.width.saturating_sub(4).min(120);
+    let r = centered(area, w, (lines.len() as u16 + 4).min(area.height));
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines)
+            .block(block(app, &format!("pid {}", key.pid)))
+            .wrap(Wrap { trim: false }),
+        r,
+    );
+}

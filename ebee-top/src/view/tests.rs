@@ -1,0 +1,276 @@
+//! Snapshot tests of whole screens drawn into ratatui's TestBackend from fixed Model data, at
+//! 80x24 and 160x50 (`cargo insta review` after an intended change).
+
+use std::time::Duration;
+
+use ratatui::{Terminal, backend::TestBackend};
+
+use crate::app::{App, Msg, Overlay};
+use crate::batch::{Batch, CpuRow, Exit, ProcInfo};
+use crate::batch_qos::{QosBatch, QosSample, RequestSample, SyscallSample};
+use crate::host::{Details, HostInfo};
+
+const MS: u64 = 1_000_000;
+
+fn text(app: &App, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| super::render(app, f)).unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut out = String::new();
+    for y in 0..h {
+        let line: String = (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn host() -> HostInfo {
+    HostInfo {
+        hostname: "db1".into(),
+        kernel: "6.18.0".into(),
+        uptime_s: 93_784,
+        load: [0.52, 0.40, 0.31],
+        cpu_busy_pct: Some(37.5),
+        mem_total_kib: 24 * 1024 * 1024,
+        mem_avail_kib: 20 * 1024 * 1024,
+    }
+}
+
+fn proc(pid: u32, comm: &str, cmdline: &str) -> ProcInfo {
+    ProcInfo {
+        pid,
+        start_ticks: 1000 + u64::from(pid),
+        comm: comm.into(),
+        cmdline: cmdline.into(),
+        uid: Some(0),
+        kthread: false,
+    }
+}
+
+/// Interval `seq` of 50 ms; `rows` are (pid, 5 bins of ns).
+fn batch(seq: u64, rows: &[(u32, [u64; 5])], procs: &[ProcInfo]) -> Batch {
+    let start = 10_000 * MS + seq * 50 * MS;
+    Batch {
+        seq,
+        t_ms: 1_764_590_400_000 + seq * 50,
+        start_ns: start,
+        end_ns: start + 50 * MS,
+        bin_width_ns: 10 * MS,
+        ncpus: 2,
+        switches: 640,
+        cpu: rows
+            .iter()
+            .map(|(pid, bins)| CpuRow {
+                pid: *pid,
+                ns: bins.iter().sum(),
+                bins: bins.to_vec(),
+            })
+            .collect(),
+        procs: procs.to_vec(),
+        cost: crate::batch::SelfCost {
+            cpu_ns: 400_000,
+            bpf_ns: Some(60_000),
+            bpf_runs: Some(1500),
+        },
+        ..Default::default()
+    }
+}
+
+fn app() -> App {
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.host = Some(host());
+    a.users.insert(0, "root".into());
+    a.users.insert(1000, "alice".into());
+    a
+}
+
+/// One process with a 20 ms burst every 200 ms, for 2 s.
+fn one_process() -> App {
+    let mut a = app();
+    let p = proc(
+        4242,
+        "cruncher",
+        "/usr/local/bin/cruncher --threads 1 --input /data/set",
+    );
+    for seq in 1..=40 {
+        let bins = if seq % 4 == 0 {
+            [0, 10 * MS, 10 * MS, 0, 0]
+        } else {
+            [0; 5]
+        };
+        a.update(Msg::Batch(Box::new(batch(
+            seq,
+            &[(4242, bins)],
+            std::slice::from_ref(&p),
+        ))));
+    }
+    a
+}
+
+fn qos_sample(pid: u32, exited: bool) -> QosSample {
+    QosSample {
+        pid,
+        comm: "redis-server".into(),
+        last: exited,
+        exited,
+        syscalls: vec![
+            SyscallSample {
+                nr: 232,
+                count: 1000,
+                total_ns: 40 * MS,
+                max_ns: MS,
+                hist: Some(vec![(500, 600), (560, 400)]),
+            },
+            SyscallSample {
+                nr: 0,
+                count: 1000,
+                total_ns: 4 * MS,
+                max_ns: 30_000,
+                hist: Some(vec![(300, 900), (330, 100)]),
+            },
+            SyscallSample {
+                nr: 1,
+                count: 1000,
+                total_ns: 6 * MS,
+                max_ns: 40_000,
+                hist: None,
+            },
+        ],
+        requests: RequestSample {
+            requests: 1000,
+            total_ns: 12 * MS,
+            max_ns: 90_000,
+            hist: vec![(400, 700), (430, 250), (470, 50)],
+            recvs: 1000,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// A busy process, and a pinned server that exits after 1 s.
+fn pinned_exited() -> App {
+    let mut a = app();
+    let busy = proc(100, "stress-ng", "stress-ng --cpu 1");
+    let srv = proc(812, "redis-server", "/usr/bin/redis-server 127.0.0.1:6379");
+    a.model.table.pin_pid(812);
+    for seq in 1..=30 {
+        let mut rows = vec![(100, [10 * MS; 5])];
+        let mut procs = vec![busy.clone()];
+        if seq <= 20 {
+            rows.push((812, [MS, 2 * MS, MS, 0, MS]));
+            procs.push(srv.clone());
+        }
+        let mut b = batch(seq, &rows, &procs);
+        if seq <= 20 {
+            b.pinned = vec![812];
+            b.qos = QosBatch {
+                procs: vec![qos_sample(812, seq == 20)],
+                request_model: true,
+                ..Default::default()
+            };
+        }
+        if seq == 20 {
+            b.exits.push(Exit {
+                pid: 812,
+                ts_ns: b.end_ns - MS,
+            });
+        }
+        a.update(Msg::Batch(Box::new(b)));
+    }
+    a
+}
+
+#[test]
+fn empty_80x24() {
+    insta::assert_snapshot!(text(&app(), 80, 24));
+}
+
+#[test]
+fn empty_160x50() {
+    insta::assert_snapshot!(text(&app(), 160, 50));
+}
+
+#[test]
+fn one_process_80x24() {
+    let t = text(&one_process(), 80, 24);
+    // The 20 ms bursts show as two full columns each.
+    assert!(t.contains("\u{2588}\u{2588}   "), "{t}");
+    insta::assert_snapshot!(t);
+}
+
+#[test]
+fn one_process_160x50() {
+    insta::assert_snapshot!(text(&one_process(), 160, 50));
+}
+
+#[test]
+fn one_process_ascii() {
+    let mut a = one_process();
+    a.opts.ascii = true;
+    let t = text(&a, 80, 24);
+    assert!(t.contains("@@   "), "{t}");
+    assert!(t.is_ascii(), "{t}");
+    let mut p = pinned_exited();
+    p.opts.ascii = true;
+    p.overlay = Some(Overlay::Help);
+    let wide = text(&p, 160, 50);
+    assert!(wide.is_ascii(), "{wide}");
+    insta::assert_snapshot!(t);
+}
+
+#[test]
+fn pinned_exited_80x24() {
+    let t = text(&pinned_exited(), 80, 24);
+    assert!(t.contains("redis-server") && t.contains("(exited)"), "{t}");
+    insta::assert_snapshot!(t);
+}
+
+#[test]
+fn pinned_exited_160x50() {
+    let t = text(&pinned_exited(), 160, 50);
+    assert!(t.contains("QoS 812 redis-server [exited]"), "{t}");
+    insta::assert_snapshot!(t);
+}
+
+#[test]
+fn too_small() {
+    let t = text(&one_process(), 30, 5);
+    assert!(t.contains("terminal too small"), "{t}");
+    insta::assert_snapshot!(t);
+}
+
+#[test]
+fn help_and_details_overlays() {
+    let mut a = one_process();
+    a.overlay = Some(Overlay::Help);
+    insta::assert_snapshot!("help_80x24", text(&a, 80, 24));
+    let key = a.selected_entry().unwrap().key;
+    a.overlay = Some(Overlay::Details(
+        key,
+        Some(Box::new(Details {
+            pid: key.pid,
+            comm: "cruncher".into(),
+            cmdline: "/usr/local/bin/cruncher --threads 1 --input /data/set".into(),
+            user: "root".into(),
+            threads: Some(3),
+            start_s: Some(1000.5),
+            cgroup: "/system.slice/cruncher.service".into(),
+            state: "R".into(),
+            note: None,
+        })),
+    ));
+    insta::assert_snapshot!("details_80x24", text(&a, 80, 24));
+}
+
+#[test]
+fn filter_line_and_memory_notice() {
+    let mut a = one_process();
+    a.filter = "crunch".into();
+    a.filter_editing = true;
+    assert!(text(&a, 80, 24).contains("filter (name or pid): crunch_"));
+    a.filter_editing = false;
+    a.status = Some(crate::app::NO_MEMORY.into());
+    assert!(text(&a, 80, 24).contains(crate::app::NO_MEMORY));
+}

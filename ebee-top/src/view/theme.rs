@@ -1,0 +1,188 @@
+//! Colours and glyphs. Every style the views use comes from here, so `--color never` (or
+//! `NO_COLOR`) leaves only bold and reverse, and `--ascii` leaves only ASCII.
+
+use ratatui::style::{Color, Modifier, Style};
+
+/// How many colours the terminal gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Colors {
+    /// No colour at all: bold and reverse only.
+    None,
+    /// The 16 ANSI colours.
+    #[default]
+    Ansi16,
+    /// The xterm 256-colour palette.
+    Ansi256,
+    /// 24-bit RGB.
+    TrueColor,
+}
+
+impl Colors {
+    /// `--color auto`: NO_COLOR (any value) turns colour off; COLORTERM and TERM say how much
+    /// the terminal takes.
+    pub fn detect(no_color: Option<&str>, colorterm: Option<&str>, term: Option<&str>) -> Self {
+        if no_color.is_some_and(|v| !v.is_empty()) {
+            return Colors::None;
+        }
+        if colorterm.is_some_and(|c| c == "truecolor" || c == "24bit") {
+            return Colors::TrueColor;
+        }
+        match term {
+            Some("dumb") => Colors::None,
+            Some(t) if t.contains("256") => Colors::Ansi256,
+            _ => Colors::Ansi16,
+        }
+    }
+
+    fn pick(self, c16: Color, c256: u8, rgb: (u8, u8, u8)) -> Option<Color> {
+        match self {
+            Colors::None => None,
+            Colors::Ansi16 => Some(c16),
+            Colors::Ansi256 => Some(Color::Indexed(c256)),
+            Colors::TrueColor => Some(Color::Rgb(rgb.0, rgb.1, rgb.2)),
+        }
+    }
+
+    fn fg(self, c16: Color, c256: u8, rgb: (u8, u8, u8)) -> Style {
+        match self.pick(c16, c256, rgb) {
+            Some(c) => Style::default().fg(c),
+            None => Style::default(),
+        }
+    }
+
+    /// Column headers and titles.
+    pub fn title(self) -> Style {
+        self.fg(Color::Cyan, 39, (80, 170, 255))
+            .add_modifier(Modifier::BOLD)
+    }
+
+    /// The table's header row.
+    pub fn header_row(self) -> Style {
+        match self.pick(Color::Blue, 24, (30, 70, 120)) {
+            Some(c) => Style::default()
+                .bg(c)
+                .fg(Color::White)
+                .add_modifier(Modifier::BOLD),
+            None => Style::default().add_modifier(Modifier::REVERSED),
+        }
+    }
+
+    /// The selected row: a background, not reverse video, which would turn every blank
+    /// cell of a sparkline into a full bar.
+    pub fn selected(self) -> Style {
+        match self.pick(Color::DarkGray, 237, (60, 60, 70)) {
+            Some(c) => Style::default().bg(c).add_modifier(Modifier::BOLD),
+            None => Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
+        }
+    }
+
+    /// Burst sparklines.
+    pub fn burst(self) -> Style {
+        self.fg(Color::Green, 42, (60, 210, 120))
+    }
+
+    /// Latency sparklines and histogram bars.
+    pub fn latency(self) -> Style {
+        self.fg(Color::Yellow, 214, (250, 180, 40))
+    }
+
+    /// Exited processes.
+    pub fn exited(self) -> Style {
+        match self {
+            Colors::None => Style::default().add_modifier(Modifier::DIM),
+            _ => self.fg(Color::DarkGray, 244, (130, 130, 130)),
+        }
+    }
+
+    /// Pinned processes.
+    pub fn pinned(self) -> Style {
+        self.fg(Color::Magenta, 170, (210, 110, 220))
+            .add_modifier(Modifier::BOLD)
+    }
+
+    /// Warnings: losses, notices.
+    pub fn warn(self) -> Style {
+        self.fg(Color::Red, 196, (240, 80, 60))
+            .add_modifier(Modifier::BOLD)
+    }
+
+    /// Borders of the panes.
+    pub fn border(self) -> Style {
+        self.fg(Color::DarkGray, 240, (90, 90, 90))
+    }
+}
+
+/// Sparkline levels, empty to full.
+const BLOCKS: [char; 9] = [
+    ' ', '\u{2581}', '\u{2582}', '\u{2583}', '\u{2584}', '\u{2585}', '\u{2586}', '\u{2587}',
+    '\u{2588}',
+];
+const ASCII_LEVELS: [char; 9] = [' ', '.', ',', '-', '~', '+', '*', '#', '@'];
+
+/// One sparkline cell for `v` of `full` (anything above `full` is full; anything above zero
+/// shows, so a short burst never disappears).
+pub fn spark(v: u64, full: u64, ascii: bool) -> char {
+    let levels = if ascii { &ASCII_LEVELS } else { &BLOCKS };
+    if v == 0 || full == 0 {
+        return levels[0];
+    }
+    let i = ((v.min(full) as u128 * 8).div_ceil(full as u128) as usize).clamp(1, 8);
+    levels[i]
+}
+
+/// A sparkline string of `vals` scaled to `full`.
+pub fn sparkline(vals: &[u64], full: u64, ascii: bool) -> String {
+    vals.iter().map(|v| spark(*v, full, ascii)).collect()
+}
+
+/// Borders: the light box-drawing set, or ASCII.
+pub fn border_set(ascii: bool) -> ratatui::symbols::border::Set {
+    if ascii {
+        ratatui::symbols::border::Set {
+            top_left: "+",
+            top_right: "+",
+            bottom_left: "+",
+            bottom_right: "+",
+            vertical_left: "|",
+            vertical_right: "|",
+            horizontal_top: "-",
+            horizontal_bottom: "-",
+        }
+    } else {
+        ratatui::symbols::border::PLAIN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_color_wins_then_colorterm_then_term() {
+        assert_eq!(
+            Colors::detect(Some("1"), Some("truecolor"), Some("xterm-256color")),
+            Colors::None
+        );
+        assert_eq!(
+            Colors::detect(Some(""), Some("truecolor"), None),
+            Colors::TrueColor
+        );
+        assert_eq!(
+            Colors::detect(None, None, Some("screen-256color")),
+            Colors::Ansi256
+        );
+        assert_eq!(Colors::detect(None, None, Some("xterm")), Colors::Ansi16);
+        assert_eq!(Colors::detect(None, None, Some("dumb")), Colors::None);
+        assert_eq!(Colors::None.burst(), Style::default());
+    }
+
+    #[test]
+    fn sparks_scale_and_never_hide_a_burst() {
+        assert_eq!(spark(0, 10, false), ' ');
+        assert_eq!(spark(10, 10, false), '\u{2588}');
+        assert_eq!(spark(99, 10, true), '@');
+        assert_eq!(spark(1, 1_000_000, true), '.');
+        assert_eq!(sparkline(&[0, 5, 10], 10, true), " ~@");
+        assert!(sparkline(&[1, 2, 3], 3, true).is_ascii());
+    }
+}

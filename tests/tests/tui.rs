@@ -1,0 +1,247 @@
+//! The interactive screen end to end: the real binary as root inside tmux, driven by keys
+//! (filter, pin, sort, pause, help, quit) and by signals, read back with `tmux capture-pane`,
+//! and the terminal checked afterwards (alternate screen left, cursor shown, exit code 0).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ebee_tests::{bin, load, privileged};
+
+/// A tmux session holding one pane, killed on drop.
+struct Tmux {
+    name: String,
+    pidfile: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// tmux on a server of our own, so the test never touches anyone else's sessions.
+fn tmux(args: &[&str]) -> String {
+    let o = Command::new("tmux")
+        .args(["-L", "ebee-top-tests"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("tmux {args:?}: {e} (is tmux installed? `cargo xtask setup`)"));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+impl Tmux {
+    /// Start ebee-top with `args` in a fresh `w`x`h` session, as the child of a shell that
+    /// says how it ended and stays, so the terminal's state afterwards can be read.
+    fn start(tag: &str, w: u16, h: u16, args: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let name = format!("ebee-tui-{tag}-{}", std::process::id());
+        tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &name,
+            "-x",
+            &w.to_string(),
+            "-y",
+            &h.to_string(),
+        ]);
+        let cmd = format!(
+            "sh -c 'echo $$ > {}; {} {args}; echo ebee-top exited rc=$?; sleep 600'",
+            pidfile.display(),
+            bin("ebee-top").display()
+        );
+        tmux(&["respawn-pane", "-k", "-t", &name, &cmd]);
+        Self {
+            name,
+            pidfile,
+            _dir: dir,
+        }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut a = vec!["send-keys", "-t", &self.name];
+        a.extend_from_slice(keys);
+        tmux(&a);
+    }
+
+    fn capture(&self) -> String {
+        tmux(&["capture-pane", "-p", "-t", &self.name])
+    }
+
+    fn format(&self, f: &str) -> String {
+        tmux(&["display-message", "-p", "-t", &self.name, f])
+            .trim()
+            .to_string()
+    }
+
+    /// Wait (up to 20 s) until the screen satisfies `ok`; the screen, or a panic with it.
+    fn wait(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let s = self.capture();
+            if ok(&s) {
+                return s;
+            }
+            assert!(Instant::now() < end, "waiting for {what}; the screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Pid of ebee-top: the shell's child.
+    fn pid(&self) -> i32 {
+        let sh = std::fs::read_to_string(&self.pidfile).unwrap();
+        let sh = sh.trim();
+        let children = std::fs::read_to_string(format!("/proc/{sh}/task/{sh}/children")).unwrap();
+        children.split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    /// After ebee-top ended: (exit status, alternate screen on, cursor visible).
+    fn ended(&self) -> (String, String, String) {
+        let s = self.wait("ebee-top to exit", |s| s.contains("ebee-top exited rc="));
+        let rc = s
+            .lines()
+            .find_map(|l| l.split("ebee-top exited rc=").nth(1))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        (
+            rc,
+            self.format("#{alternate_on}"),
+            self.format("#{cursor_flag}"),
+        )
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        tmux(&["kill-session", "-t", &self.name]);
+    }
+}
+
+/// The table's rows: lines that start with the selection mark, the flag column (P pinned, X
+/// exited) and a pid.
+fn rows(screen: &str) -> Vec<&str> {
+    screen
+        .lines()
+        .filter(|l| {
+            let t = l.get(3..).unwrap_or("").trim_start();
+            t.split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u32>().is_ok())
+                && l.len() > 20
+        })
+        .collect()
+}
+
+#[test]
+fn keys_drive_the_screen_and_quit_restores_the_terminal() {
+    if !privileged("keys_drive_the_screen_and_quit_restores_the_terminal") {
+        return;
+    }
+    let burner = load(&["burn", "--duty", "1.0"]);
+    let t = Tmux::start("keys", 120, 40, "-d 0.05");
+    let s = t.wait("the table with the burner", |s| {
+        s.contains("PID") && s.contains(&format!(" {} ", burner.pid()))
+    });
+    assert!(s.contains("BURST"), "{s}");
+    assert_eq!(t.format("#{alternate_on}"), "1");
+
+    // Filter by name: only ebee-load rows stay.
+    t.keys(&["/"]);
+    t.keys(&["-l", "ebee-load"]);
+    t.keys(&["Enter"]);
+    let s = t.wait("the filter", |s| s.contains("filter: ebee-load"));
+    let r = rows(&s);
+    assert!(!r.is_empty(), "{s}");
+    assert!(r.iter().all(|l| l.contains("ebee-load")), "{s}");
+
+    // Filter by pid and pin the burner: its row is marked and the QoS pane appears, which
+    // needs the kernel to follow it (the pin reached the live source).
+    // Esc on its own: Esc and a key at once read as Alt+key.
+    t.keys(&["Escape"]);
+    t.wait("the filter cleared", |s| !s.contains("filter: "));
+    t.keys(&["/"]);
+    t.keys(&["-l", &burner.pid().to_string()]);
+    t.keys(&["Enter"]);
+    let s = t.wait("the pid filter", |s| rows(s).len() == 1);
+    assert!(rows(&s)[0].contains(&burner.pid().to_string()), "{s}");
+    t.keys(&["p"]);
+    let qos = format!("QoS {}", burner.pid());
+    let s = t.wait("the QoS pane of the pinned burner", |s| s.contains(&qos));
+    assert!(
+        rows(&s)
+            .iter()
+            .any(|l| l.get(1..3) == Some("P ") && l.contains(&burner.pid().to_string())),
+        "{s}"
+    );
+    t.keys(&["Escape"]);
+    t.wait("the filter cleared", |s| !s.contains("filter: "));
+
+    // Sort keys: M sorts by resident memory (or says there is no memory data); P by CPU.
+    t.keys(&["M"]);
+    t.wait("sorted by memory", |s| {
+        s.contains("sorted by resident memory") || s.contains("memory pipeline not loaded")
+    });
+    t.keys(&["P"]);
+    t.wait("sorted by CPU", |s| s.contains("sorted by CPU"));
+
+    // Pause: the clock in the header stops while paused, and goes on after.
+    t.keys(&["Space"]);
+    let a = t.wait("paused", |s| s.contains("[paused]"));
+    std::thread::sleep(Duration::from_millis(400));
+    let b = t.capture();
+    assert_eq!(
+        a.lines().next(),
+        b.lines().next(),
+        "the paused screen changed"
+    );
+    t.keys(&["Space"]);
+    t.wait("running again", |s| {
+        !s.contains("[paused]") && s.lines().next() != a.lines().next()
+    });
+
+    // Help, then quit.
+    t.keys(&["?"]);
+    t.wait("the help", |s| s.contains("pin/unpin the selected process"));
+    t.keys(&["Escape"]);
+    t.wait("the help closed", |s| {
+        !s.contains("pin/unpin the selected process")
+    });
+    t.keys(&["q"]);
+    let (status, alt, cursor) = t.ended();
+    assert_eq!(status, "0", "exit status; screen:\n{}", t.capture());
+    assert_eq!(alt, "0", "still on the alternate screen");
+    assert_eq!(cursor, "1", "cursor left hidden");
+}
+
+#[test]
+fn signals_restore_the_terminal() {
+    if !privileged("signals_restore_the_terminal") {
+        return;
+    }
+    for (sig, name) in [
+        (libc::SIGTERM, "term"),
+        (libc::SIGINT, "int"),
+        (libc::SIGHUP, "hup"),
+    ] {
+        let t = Tmux::start(name, 80, 24, "--ascii --color never");
+        t.wait("the screen", |s| s.contains("PID"));
+        // SAFETY: kill has no memory preconditions; the pid is our child's.
+        assert_eq!(unsafe { libc::kill(t.pid(), sig) }, 0);
+        let (status, alt, cursor) = t.ended();
+        assert_eq!(status, "0", "{name}: exit status");
+        assert_eq!(alt, "0", "{name}: still on the alternate screen");
+        assert_eq!(cursor, "1", "{name}: cursor left hidden");
+    }
+}
+
+#[test]
+fn a_small_terminal_gets_a_message_not_a_panic() {
+    if !privileged("a_small_terminal_gets_a_message_not_a_panic") {
+        return;
+    }
+    let t = Tmux::start("small", 30, 6, "");
+    t.wait("the message", |s| s.contains("terminal too small"));
+    tmux(&["resize-window", "-t", &t.name, "-x", "80", "-y", "24"]);
+    t.wait("the screen after growing", |s| s.contains("PID"));
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+}

@@ -1,0 +1,204 @@
+//! `cargo xtask screenshots`: PNGs of the main screens, taken from the real binary. Each screen
+//! runs in a tmux session of its own (on a private tmux server) beside a small workload, is
+//! captured with its colours (`tmux capture-pane -e`), turned into HTML by `aha`, and
+//! photographed by headless Chromium into `screenshots/`.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::util;
+
+/// tmux on a server of our own.
+fn tmux(args: &[&str]) -> Result<String> {
+    let o = Command::new("tmux")
+        .args(["-L", "ebee-top-screenshots"])
+        .args(args)
+        .output()
+        .context("running tmux")?;
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn load(args: &[&str]) -> Result<Kill> {
+    let c = Command::new(util::root().join("target/release/ebee-load"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting ebee-load")?;
+    Ok(Kill(c))
+}
+
+/// One screen: a name, the terminal size, ebee-top's arguments, and keys to send once it runs.
+struct Shot<'a> {
+    name: &'a str,
+    w: u16,
+    h: u16,
+    args: String,
+    keys: &'a [&'a str],
+}
+
+fn take(shot: &Shot, out: &Path) -> Result<()> {
+    let session = format!("shot-{}", shot.name);
+    let bin = util::root().join("target/release/ebee-top");
+    let sudo = if util::is_root() { "" } else { "sudo " };
+    let _ = tmux(&["kill-session", "-t", &session]);
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        &session,
+        "-x",
+        &shot.w.to_string(),
+        "-y",
+        &shot.h.to_string(),
+        &format!(
+            "COLORTERM=truecolor {sudo}{} {}; sleep 600",
+            bin.display(),
+            shot.args
+        ),
+    ])?;
+    // Let the burst history and the QoS window fill.
+    std::thread::sleep(Duration::from_secs(4));
+    for k in shot.keys {
+        tmux(&["send-keys", "-t", &session, k])?;
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let ansi = tmux(&["capture-pane", "-e", "-p", "-t", &session])?;
+    let _ = tmux(&["send-keys", "-t", &session, "q"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = tmux(&["kill-session", "-t", &session]);
+
+    let mut aha = Command::new("aha")
+        .args(["--no-header", "--black"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running aha")?;
+    {
+        use std::io::Write as _;
+        let mut i = aha.stdin.take().context("aha stdin")?;
+        i.write_all(ansi.as_bytes())?;
+    }
+    let body = aha.wait_with_output().context("aha")?;
+    let html = format!(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>\
+         body{{margin:0;background:#000;color:#ddd}}\
+         pre{{margin:6px;font-family:'DejaVu Sans Mono','Liberation Mono',monospace;\
+         font-size:14px;line-height:17px}}</style></head><body><pre>{}</pre></body></html>",
+        String::from_utf8_lossy(&body.stdout)
+    );
+    let dir = tempfile_dir()?;
+    let page = dir.join(format!("{}.html", shot.name));
+    std::fs::write(&page, html)?;
+    let png = out.join(format!("{}.png", shot.name));
+    // 8.43 px per cell at 14 px DejaVu Sans Mono; 17 px per line.
+    let w = (f64::from(shot.w) * 8.43) as u32 + 12;
+    let h = u32::from(shot.h) * 17 + 12;
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| util::output(Command::new("which").arg(c)).is_some())
+        .context("chromium is not installed (cargo xtask setup --screenshots)")?;
+    util::status(
+        Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                &format!("--screenshot={}", png.display()),
+                &format!("--window-size={w},{h}"),
+                &format!("file://{}", page.display()),
+            ])
+            // Headless Chromium logs D-Bus complaints by the dozen; the PNG is what matters.
+            .stderr(Stdio::null()),
+    )?;
+    if !png.exists() {
+        bail!("chromium wrote no {}", png.display());
+    }
+    eprintln!("xtask: wrote {}", png.display());
+    Ok(())
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf> {
+    let d = std::env::temp_dir().join(format!("ebee-shots-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
+
+pub fn run() -> Result<()> {
+    crate::setup::setup(crate::setup::Needs {
+        screenshots: true,
+        ..Default::default()
+    })?;
+    util::build_release()?;
+    util::cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "ebee-tests",
+        "--bin",
+        "ebee-load",
+    ])?;
+    let out = util::root().join("screenshots");
+    std::fs::create_dir_all(&out)?;
+    // A busy process, one with 20 ms bursts every 200 ms, and a sleeper making syscalls.
+    let _busy = load(&["burn", "--duty", "0.6"])?;
+    let _bursts = load(&["bursts", "--burst-ms", "20", "--idle-ms", "180"])?;
+    let sleeper = load(&["sleeper", "--ms", "1"])?;
+    let pin = format!("-p {}", sleeper.0.id());
+    let shots = [
+        Shot {
+            name: "main-80x24",
+            w: 80,
+            h: 24,
+            args: String::new(),
+            keys: &[],
+        },
+        Shot {
+            name: "qos-200x60",
+            w: 200,
+            h: 60,
+            args: pin.clone(),
+            keys: &[],
+        },
+        Shot {
+            name: "qos-80x24",
+            w: 80,
+            h: 24,
+            args: pin,
+            keys: &[],
+        },
+        Shot {
+            name: "help-100x30",
+            w: 100,
+            h: 30,
+            args: String::new(),
+            keys: &["?"],
+        },
+        Shot {
+            name: "details-100x30",
+            w: 100,
+            h: 30,
+            args: String::new(),
+            keys: &["Enter"],
+        },
+    ];
+    for s in &shots {
+        take(s, &out)?;
+    }
+    let _ = tmux(&["kill-server"]);
+    Ok(())
+}
