@@ -20,7 +20,7 @@ fn json_lines_follow_the_schema() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 5);
     let mut prev_t = 0;
-    let mut busy_first = 0;
+    let mut busy_seen = 0;
     let mut intervals = Vec::new();
     for l in lines {
         let v: serde_json::Value = serde_json::from_str(l).expect("each line is JSON");
@@ -46,9 +46,16 @@ fn json_lines_follow_the_schema() {
                 "one process on one CPU: {pct}"
             );
         }
-        if cpu.first().and_then(|r| r["pid"].as_u64()) == Some(u64::from(busy.pid())) {
-            busy_first += 1;
-            assert_eq!(cpu[0]["comm"], "ebee-load");
+        // The busy child uses a whole CPU; on a shared machine another busy process can tie
+        // with it for first place, so ask for its row among the top 3 with most of a CPU.
+        if let Some(r) = cpu
+            .iter()
+            .find(|r| r["pid"].as_u64() == Some(u64::from(busy.pid())))
+        {
+            assert_eq!(r["comm"], "ebee-load");
+            if r["cpu_pct"].as_f64().is_some_and(|p| p >= 80.0) {
+                busy_seen += 1;
+            }
         }
         let d = v["dropped"].as_object().expect("dropped: object");
         for key in [
@@ -61,8 +68,9 @@ fn json_lines_follow_the_schema() {
         }
     }
     assert!(
-        busy_first >= 4,
-        "the busy child led only {busy_first} of 5 intervals"
+        busy_seen >= 4,
+        "the busy child was in the top 3 with most of a CPU in only {busy_seen} of 5 \
+         intervals:\n{out}"
     );
 }
 

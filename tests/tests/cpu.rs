@@ -143,8 +143,11 @@ fn exited_process_leaves_the_ranking() {
     assert!(seen, "the child never showed up");
     assert!(exit_seen, "no exit event for the child");
     assert!(after_exit.len() > 5);
+    // The exit event fires at the start of do_exit; the dying task still runs its teardown
+    // until its last context switch, which may land in the next interval (under load it can
+    // be preempted in between). After that, nothing.
     assert!(
-        after_exit.iter().all(|ns| *ns == 0),
+        after_exit.iter().skip(1).all(|ns| *ns == 0),
         "the exited child was still charged: {after_exit:?}"
     );
 }
