@@ -285,6 +285,8 @@ impl Probes {
             prog.attach().map_err(classify("rss_stat"))?;
         }
 
+        nudge_cpus(ncpus);
+
         // Run-time stats are best effort: without them the cost shows as unknown.
         let stats = if cfg.bpf_stats {
             aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
@@ -534,6 +536,38 @@ impl Probes {
 }
 
 /// A numeric field of /proc/self/fdinfo/<fd>.
+/// sched_switch learns which task runs on a CPU only when that CPU switches. A task that was
+/// already running when we attached and never leaves its CPU (a CPU-bound process alone on
+/// it: the tick does not switch a lone runnable task) would stay unseen. So once attached, a
+/// short-lived thread visits every CPU we may run on: it is switched in and out there, after
+/// which each CPU's running task is known and charged from the first interval's start.
+/// (CPUs outside our affinity mask cannot be visited; their tasks show at their next switch.)
+fn nudge_cpus(ncpus: usize) {
+    let visitors: Vec<_> = (0..ncpus)
+        .filter_map(|cpu| {
+            std::thread::Builder::new()
+                .name("ebee-nudge".into())
+                .spawn(move || {
+                    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and
+                    // sched_setaffinity get a valid pointer and its size.
+                    let moved = unsafe {
+                        let mut set: libc::cpu_set_t = std::mem::zeroed();
+                        libc::CPU_SET(cpu, &mut set);
+                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+                            == 0
+                    };
+                    if moved {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                })
+                .ok()
+        })
+        .collect();
+    for v in visitors {
+        let _ = v.join();
+    }
+}
+
 fn fdinfo_field(fd: i32, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
     text.lines().find_map(|l| {
