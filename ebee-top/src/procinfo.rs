@@ -12,8 +12,11 @@ const PF_KTHREAD: u32 = 0x0020_0000;
 #[derive(Default)]
 pub struct ProcCache {
     known: HashMap<u32, ProcInfo>,
-    /// Names from exit events, for processes /proc no longer has.
+    /// Names from exit events, for processes /proc no longer has: this interval's exits.
     exited: HashMap<u32, String>,
+    /// The previous interval's exits: a dying task runs its teardown after the exit event and
+    /// may be charged once more in the next interval, which must still show its name.
+    exited_before: HashMap<u32, String>,
 }
 
 impl ProcCache {
@@ -37,9 +40,15 @@ impl ProcCache {
         self.known.clear();
     }
 
-    /// Forget names of processes that exited before the interval just reported.
+    /// Age the exit names: those of two intervals ago are forgotten.
     pub fn end_interval(&mut self) {
-        self.exited.clear();
+        self.exited_before = std::mem::take(&mut self.exited);
+    }
+
+    fn exit_name(&self, pid: u32) -> Option<&String> {
+        self.exited
+            .get(&pid)
+            .or_else(|| self.exited_before.get(&pid))
     }
 
     /// Metadata of `pid`, from the cache or /proc.
@@ -51,14 +60,14 @@ impl ProcCache {
             Some(info) => {
                 // Do not cache a process that is already known to have exited: the pid may
                 // come back as another process.
-                if !self.exited.contains_key(&pid) {
+                if self.exit_name(pid).is_none() {
                     self.known.insert(pid, info.clone());
                 }
                 info
             }
             None => ProcInfo {
                 pid,
-                comm: self.exited.get(&pid).cloned().unwrap_or_default(),
+                comm: self.exit_name(pid).cloned().unwrap_or_default(),
                 ..Default::default()
             },
         }
@@ -107,6 +116,9 @@ mod tests {
         let mut c = ProcCache::new();
         // pid_max is at most 4194304; this pid cannot exist.
         c.on_exit(5_000_000, "shortlived".into());
+        assert_eq!(c.get(5_000_000).comm, "shortlived");
+        // Its teardown may be charged in the next interval: the name is still there.
+        c.end_interval();
         assert_eq!(c.get(5_000_000).comm, "shortlived");
         c.end_interval();
         assert_eq!(c.get(5_000_000).comm, "");

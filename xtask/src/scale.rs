@@ -309,7 +309,7 @@ pub fn run(secs: u64) -> Result<()> {
         "`ebee-load storm --per-s 500 --seconds {storm_s}`: 500 processes a second, each \
          burning 5-20 ms of CPU and exiting. Ground truth: the CPU time of the reaped children \
          from getrusage(RUSAGE_CHILDREN). Seen: the CPU time each monitor attributes to \
-         processes named `ebee-storm` (ebee-top: sum of `cpu_ns` with `-k 100000`; top: \
+         processes named `ebee-storm` (ebee-top: sum of `cpu_ns` with `-k 10000`, its maximum; top: \
          sum of %CPU x interval).\n"
     )?;
     writeln!(body, "| monitor | storm CPU seen | of the true storm CPU |")?;
@@ -319,7 +319,7 @@ pub fn run(secs: u64) -> Result<()> {
         let f = std::fs::File::create(&out_path)?;
         let m = match monitor {
             "ebee-top" => Command::new(bin("ebee-top"))
-                .args(["-b", "--format", "json", "-d", "0.05", "-k", "100000"])
+                .args(["-b", "--format", "json", "-d", "0.05", "-k", "10000"])
                 .stdout(f)
                 .stdin(Stdio::null())
                 .spawn()?,

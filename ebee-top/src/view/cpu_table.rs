@@ -22,7 +22,7 @@ pub fn burst_width(width: u16) -> usize {
 }
 
 /// Bytes in a 5-character unit form: `980K`, `12.3M`, `1.2G`.
-fn bytes(b: u64) -> String {
+pub(super) fn bytes(b: u64) -> String {
     let k = b as f64 / 1024.0;
     if k < 1000.0 {
         format!("{k:.0}K")

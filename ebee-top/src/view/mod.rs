@@ -3,14 +3,14 @@
 //! Layout, by priority when space is short: the header (2 lines), the CPU table, the footer
 //! (status, filter or key hints; the replay timeline or the recording status), then the QoS
 //! pane of the selected or pinned process (beside the table when the screen is wide, below it
-//! when it is tall, a compact strip otherwise). The left column is split between the CPU table
-//! and the memory table once the memory pipeline feeds the Model; overlays (help, details) go
-//! on top.
+//! when it is tall, a compact strip otherwise). When the left column is tall enough, the
+//! memory table takes its lower third; overlays (help, details) go on top.
 
 mod burst;
 mod cpu_table;
 mod footer;
 mod header;
+mod mem_table;
 mod overlay;
 mod qos;
 pub mod theme;
@@ -92,9 +92,22 @@ pub fn render(app: &App, f: &mut Frame) {
         }
         _ => (left, qos_area, None),
     };
-    // The memory table (branch `mem`) takes the lower part of `left` once its data exists.
-    let cpu: Rect = left;
+    // The memory table takes the lower part of the left column when it is tall enough to
+    // leave the process table at least 14 rows.
+    let mem_h = (left.height / 3).min(14);
+    let (cpu, mem_area): (Rect, Option<Rect>) = if app.shown().mem.available
+        && mem_h >= mem_table::MIN_HEIGHT
+        && left.height >= 14 + mem_h
+    {
+        let [c, m] = Layout::vertical([Constraint::Min(14), Constraint::Length(mem_h)]).areas(left);
+        (c, Some(m))
+    } else {
+        (left, None)
+    };
     cpu_table::render(app, f, cpu);
+    if let Some(m) = mem_area {
+        mem_table::render(app, f, m);
+    }
     if let (Some(pid), Some(a)) = (qos_pid, qos_area) {
         qos::render(app, pid, f, a);
     }

@@ -274,3 +274,72 @@ fn filter_line_and_memory_notice() {
     a.status = Some(crate::app::NO_MEMORY.into());
     assert!(text(&a, 80, 24).contains(crate::app::NO_MEMORY));
 }
+
+/// `one_process` plus memory: the cruncher grows, and an idle cache holds 2 GiB without using
+/// any CPU (so only the memory table shows it).
+fn with_memory() -> App {
+    let mut a = one_process();
+    let cache = proc(77, "cached", "/usr/sbin/cached --size 2g");
+    let mut b = batch(
+        41,
+        &[(4242, [10 * MS, 0, 0, 0, 0])],
+        &[
+            proc(
+                4242,
+                "cruncher",
+                "/usr/local/bin/cruncher --threads 1 --input /data/set",
+            ),
+            cache,
+        ],
+    );
+    b.mem = vec![
+        crate::batch::MemRow {
+            pid: 4242,
+            rss_bytes: 512 << 20,
+            rss_delta_bytes: 8 << 20,
+        },
+        crate::batch::MemRow {
+            pid: 77,
+            rss_bytes: 2 << 30,
+            rss_delta_bytes: 0,
+        },
+    ];
+    b.mem_stats.available = true;
+    a.update(Msg::Batch(Box::new(b)));
+    a
+}
+
+#[test]
+fn memory_table_160x50() {
+    let t = text(&with_memory(), 160, 50);
+    assert!(t.contains("MEMORY by RES"), "{t}");
+    // The idle cache is in the memory table although it used no CPU; growth per second of
+    // the cruncher: 8 MiB in 50 ms.
+    assert!(t.contains("cached"), "{t}");
+    assert!(t.contains("+160M/s"), "{t}");
+    insta::assert_snapshot!(t);
+}
+
+#[test]
+fn memory_table_by_growth_after_m() {
+    let mut a = with_memory();
+    a.update(Msg::Input(crossterm::event::Event::Key(
+        crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('M')),
+    )));
+    let t = text(&a, 160, 50);
+    assert!(t.contains("MEMORY by growth"), "{t}");
+    // By growth only what grew is listed: the cruncher, not the idle cache.
+    let pane = &t[t.find("MEMORY by growth").unwrap_or(0)..];
+    assert!(pane.contains("cruncher") && !pane.contains("cached"), "{t}");
+}
+
+#[test]
+fn memory_table_fits_80x24_below_the_process_table() {
+    let t = text(&with_memory(), 80, 24);
+    let table = t.find("COMMAND").unwrap_or(usize::MAX);
+    let mem = t.find("MEMORY by RES").unwrap_or(0);
+    assert!(table < mem, "{t}");
+    // The process table keeps at least 13 rows above it.
+    assert!(t[table..mem].lines().count() >= 14, "{t}");
+    assert!(t.contains("cached"), "{t}");
+}

@@ -405,6 +405,9 @@ fn idle(procs: u32) {
         // SAFETY: fork in a single-threaded process; the child only pauses until killed.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
+            // Die with the parent even when it is SIGKILLed (benchmarks drop workloads so).
+            // SAFETY: PR_SET_PDEATHSIG with a signal number.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
             loop {
                 // SAFETY: pause has no preconditions.
                 unsafe { libc::pause() };

@@ -1,0 +1,105 @@
+//! The memory table: the processes holding the most resident memory (the memory pipeline's
+//! last-known RSS), with their growth per second over the last interval. It has rows of its
+//! own because the processes holding memory are often not the ones using CPU (an idle cache
+//! server). With `M` (process table by RES) it ranks by growth instead.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Rect},
+    text::Line,
+    widgets::{Block, Borders, Cell, Row, Table},
+};
+
+use crate::app::{App, SortBy};
+use crate::view::theme::border_set;
+
+/// Below this height the pane is left out (the CPU table's RES column remains).
+pub const MIN_HEIGHT: u16 = 6;
+
+/// Bytes per second as a signed short figure: `+12.3M/s`, `-800K/s`, `0`.
+pub fn rate(bps: f64) -> String {
+    if bps == 0.0 || !bps.is_finite() {
+        return "0".into();
+    }
+    let sign = if bps < 0.0 { "-" } else { "+" };
+    format!("{sign}{}/s", super::cpu_table::bytes(bps.abs() as u64))
+}
+
+pub fn render(app: &App, f: &mut Frame, area: Rect) {
+    let c = app.opts.colors;
+    let m = app.shown();
+    let by_growth = app.sort == SortBy::Mem;
+    // With `M` the process table is ranked by RES, so this pane ranks by growth: both
+    // memory rankings are then on screen.
+    let title = if by_growth {
+        " MEMORY by growth "
+    } else {
+        " MEMORY by RES "
+    };
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_set(border_set(app.opts.ascii))
+        .border_style(c.border())
+        .title(Line::styled(title, c.title()));
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    if !m.mem.available {
+        f.render_widget(
+            ratatui::widgets::Paragraph::new("memory pipeline not loaded"),
+            inner,
+        );
+        return;
+    }
+    let n = inner.height.saturating_sub(1) as usize;
+    let entries = if by_growth {
+        m.mem.sketch.top_growth(n)
+    } else {
+        m.mem.sketch.top_rss(n)
+    };
+    let rows: Vec<Row> = entries
+        .iter()
+        .map(|e| {
+            let name = m
+                .proc_info(e.pid)
+                .map(|p| p.comm.clone())
+                .unwrap_or_else(|| "?".into());
+            Row::new(vec![
+                Cell::from(format!("{:>7}", e.pid)),
+                Cell::from(format!("{:>6}", super::cpu_table::bytes(e.rss_bytes))),
+                Cell::from(format!("{:>9}", rate(e.growth_per_s))),
+                Cell::from(name),
+            ])
+        })
+        .collect();
+    let header = Row::new(vec![
+        Cell::from("    PID"),
+        Cell::from(if by_growth { "   RES" } else { "  RES*" }),
+        Cell::from(if by_growth { " GROWTH*" } else { "  GROWTH" }),
+        Cell::from("COMMAND"),
+    ])
+    .style(c.header_row());
+    let table = Table::new(
+        rows,
+        [
+            Constraint::Length(7),
+            Constraint::Length(6),
+            Constraint::Length(9),
+            Constraint::Min(8),
+        ],
+    )
+    .header(header);
+    f.render_widget(table, inner);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rate;
+
+    #[test]
+    fn rates_are_short_and_signed() {
+        assert_eq!(rate(0.0), "0");
+        assert_eq!(rate(f64::NAN), "0");
+        assert_eq!(rate(3.0 * 1024.0 * 1024.0), "+3.0M/s");
+        assert_eq!(rate(-512.0 * 1024.0), "-512K/s");
+    }
+}
