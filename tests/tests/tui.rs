@@ -119,8 +119,10 @@ impl Drop for Tmux {
 /// The table's rows: lines that start with the selection mark, the flag column (P pinned, X
 /// exited) and a pid.
 fn rows(screen: &str) -> Vec<&str> {
+    // The process table only: the memory table below it has rows of its own.
     screen
         .lines()
+        .take_while(|l| !l.contains("MEMORY by"))
         .filter(|l| {
             let t = l.get(3..).unwrap_or("").trim_start();
             t.split_whitespace()

@@ -51,13 +51,28 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
         return;
     }
     let n = inner.height.saturating_sub(1) as usize;
+    // The filter (`/`) applies here as in the process table: pid, name or command line.
+    let needle = app.filter.to_lowercase();
+    let matches = |pid: u32| {
+        needle.is_empty()
+            || pid.to_string() == needle
+            || m.proc_info(pid).is_some_and(|p| {
+                p.comm.to_lowercase().contains(&needle)
+                    || p.cmdline.to_lowercase().contains(&needle)
+            })
+    };
+    // Rankings are cheap (one sort of the known processes); take enough to fill after the
+    // filter.
+    let want = if needle.is_empty() { n } else { usize::MAX };
     let entries = if by_growth {
-        m.mem.sketch.top_growth(n)
+        m.mem.sketch.top_growth(want)
     } else {
-        m.mem.sketch.top_rss(n)
+        m.mem.sketch.top_rss(want)
     };
     let rows: Vec<Row> = entries
         .iter()
+        .filter(|e| matches(e.pid))
+        .take(n)
         .map(|e| {
             let name = m
                 .proc_info(e.pid)

@@ -343,3 +343,12 @@ fn memory_table_fits_80x24_below_the_process_table() {
     assert!(t[table..mem].lines().count() >= 14, "{t}");
     assert!(t.contains("cached"), "{t}");
 }
+
+#[test]
+fn the_filter_applies_to_the_memory_table() {
+    let mut a = with_memory();
+    a.filter = "crunch".into();
+    let t = text(&a, 160, 50);
+    let pane = &t[t.find("MEMORY by RES").unwrap_or(0)..];
+    assert!(pane.contains("cruncher") && !pane.contains("cached"), "{t}");
+}
