@@ -302,7 +302,7 @@ impl QosProbes {
             // their last partial interval rather than refusing the user.
             self.release_draining()?;
         }
-        let now = monotonic_ns();
+        let now = crate::latency::monotonic_ns();
         for s in self.slots.iter_mut() {
             if let SlotState::Pinned { pid, .. } = *s {
                 if !keep(pid) {
@@ -587,17 +587,4 @@ impl QosProbes {
         }
         Ok(())
     }
-}
-
-/// `CLOCK_MONOTONIC` now, ns (the clock of `bpf_ktime_get_ns`).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

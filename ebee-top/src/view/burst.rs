@@ -6,12 +6,12 @@ use ratatui::{
     Frame,
     layout::Rect,
     text::{Line, Span},
-    widgets::{Block, Borders, Paragraph},
+    widgets::Paragraph,
 };
 
 use crate::app::App;
 use crate::model::procs::{CELL_NS, HISTORY_CELLS};
-use crate::view::theme::{border_set, spark};
+use crate::view::theme::spark;
 
 /// Rows the pane takes.
 pub const HEIGHT: u16 = 9;
@@ -36,11 +36,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
         per_row * rows * CELL_NS / 1_000_000_000,
         per_col * CELL_NS / 1_000_000
     );
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .border_set(border_set(app.opts.ascii))
-        .border_style(c.border())
-        .title(Line::styled(title, c.title()));
+    let block = crate::view::theme::pane(app, title);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let now = app.shown().table.now_cell();

@@ -6,12 +6,10 @@
 use ratatui::{
     Frame,
     layout::{Constraint, Rect},
-    text::Line,
-    widgets::{Block, Borders, Cell, Row, Table},
+    widgets::{Cell, Row, Table},
 };
 
 use crate::app::{App, SortBy};
-use crate::view::theme::border_set;
 
 /// Below this height the pane is left out (the CPU table's RES column remains).
 pub const MIN_HEIGHT: u16 = 6;
@@ -36,11 +34,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
     } else {
         " MEMORY by RES "
     };
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .border_set(border_set(app.opts.ascii))
-        .border_style(c.border())
-        .title(Line::styled(title, c.title()));
+    let block = crate::view::theme::pane(app, title);
     let inner = block.inner(area);
     f.render_widget(block, area);
     if !m.mem.available {

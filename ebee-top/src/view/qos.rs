@@ -6,12 +6,12 @@ use ratatui::{
     Frame,
     layout::Rect,
     text::{Line, Span},
-    widgets::{Block, Borders, Paragraph},
+    widgets::Paragraph,
 };
 
 use crate::app::{App, Focus};
 use crate::model::qos::{HistOf, QosStats};
-use crate::view::theme::{border_set, sparkline};
+use crate::view::theme::sparkline;
 use crate::view::{fmt_ns, fmt_us};
 
 /// Rows the pane takes below the table on a tall screen, and on a short one.
@@ -64,11 +64,7 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
         ""
     };
     let title = format!(" QoS {pid} {} [{state}] {kind}{focus} ", v.comm);
-    let block = Block::default()
-        .borders(Borders::ALL)
-        .border_set(border_set(app.opts.ascii))
-        .border_style(c.border())
-        .title(Line::styled(title, c.title()));
+    let block = crate::view::theme::pane(app, title);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let w = inner.width as usize;

@@ -153,6 +153,16 @@ pub fn border_set(ascii: bool) -> ratatui::symbols::border::Set {
     }
 }
 
+/// A bordered pane titled `title`, in the theme's border and title styles.
+pub fn pane<'a>(app: &crate::app::App, title: impl Into<String>) -> ratatui::widgets::Block<'a> {
+    let c = app.opts.colors;
+    ratatui::widgets::Block::default()
+        .borders(ratatui::widgets::Borders::ALL)
+        .border_set(border_set(app.opts.ascii))
+        .border_style(c.border())
+        .title(ratatui::text::Line::styled(title.into(), c.title()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
