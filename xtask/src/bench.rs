@@ -164,6 +164,28 @@ pub fn write_section(name: &str, body: &str) -> Result<()> {
     std::fs::write(&path, new).context("writing BENCHMARKS.md")
 }
 
+/// The maps an ebee-bench run reported, as a Markdown table followed by a blank line.
+fn maps_table(body: &mut String, maps: &Value) -> Result<()> {
+    writeln!(
+        body,
+        "| map | type | value bytes | entries | memlock bytes |"
+    )?;
+    writeln!(body, "|---|---|---|---|---|")?;
+    for m in maps.as_array().into_iter().flatten() {
+        writeln!(
+            body,
+            "| {} | {} | {} | {} | {} |",
+            m["name"].as_str().unwrap_or(""),
+            m["kind"].as_str().unwrap_or(""),
+            m["value_size"],
+            m["max_entries"],
+            m["memlock"]
+        )?;
+    }
+    writeln!(body)?;
+    Ok(())
+}
+
 fn pct(v: &Value) -> String {
     match v.as_f64() {
         Some(x) if x.is_finite() => format!("{:.1}%", x * 100.0),
@@ -257,23 +279,7 @@ fn precision(procs: u32, churn: u32) -> Result<()> {
                 body,
                 "Maps as the kernel charges them (`memlock`), this run (shadow and trace loaded for the benchmark; without `--exact` they are shrunk to one entry / one page):\n"
             )?;
-            writeln!(
-                body,
-                "| map | type | value bytes | entries | memlock bytes |"
-            )?;
-            writeln!(body, "|---|---|---|---|---|")?;
-            for m in v["maps"].as_array().into_iter().flatten() {
-                writeln!(
-                    body,
-                    "| {} | {} | {} | {} | {} |",
-                    m["name"].as_str().unwrap_or(""),
-                    m["kind"].as_str().unwrap_or(""),
-                    m["value_size"],
-                    m["max_entries"],
-                    m["memlock"]
-                )?;
-            }
-            writeln!(body)?;
+            maps_table(&mut body, &v["maps"])?;
         }
         if v["trace_lost"].as_u64().unwrap_or(0) > 0 {
             writeln!(
@@ -426,23 +432,7 @@ fn mem_precision(procs: u32) -> Result<()> {
          in tests and benchmarks, otherwise one page):\n",
         v["ncpus"]
     )?;
-    writeln!(
-        body,
-        "| map | type | value bytes | entries | memlock bytes |"
-    )?;
-    writeln!(body, "|---|---|---|---|---|")?;
-    for m in v["maps"].as_array().into_iter().flatten() {
-        writeln!(
-            body,
-            "| {} | {} | {} | {} | {} |",
-            m["name"].as_str().unwrap_or(""),
-            m["kind"].as_str().unwrap_or(""),
-            m["value_size"],
-            m["max_entries"],
-            m["memlock"]
-        )?;
-    }
-    writeln!(body)?;
+    maps_table(&mut body, &v["maps"])?;
     // What the memory pipeline costs in the default configuration, as `--print-maps` sums it.
     let as_root = |args: &[&str]| {
         let mut c = if util::is_root() {
