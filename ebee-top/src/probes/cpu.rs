@@ -320,21 +320,12 @@ impl CpuDrain {
 
         // 4. The update trace: records of the closed epoch; later ones wait for their drain.
         if let Some(ring) = self.trace.as_mut() {
-            while let Some(item) = ring.next() {
-                if item.len() >= std::mem::size_of::<CpuTrace>() {
-                    // SAFETY: the kernel wrote a whole `CpuTrace` (a plain-old-data type) and
-                    // the length was checked; read_unaligned does not assume alignment.
-                    let rec: CpuTrace =
-                        unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<CpuTrace>()) };
-                    self.pending_trace.push(rec);
-                }
-            }
-            let (mine, later): (Vec<_>, Vec<_>) = self
-                .pending_trace
-                .drain(..)
-                .partition(|r| r.epoch == old_epoch);
-            self.pending_trace = later;
-            raw.trace = Some(mine);
+            raw.trace = Some(super::take_trace(
+                ring,
+                &mut self.pending_trace,
+                old_epoch,
+                |r| r.epoch,
+            ));
             raw.sketches = Some(sketches);
             raw.crossings = Some(crossings);
         }

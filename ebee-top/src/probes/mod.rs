@@ -568,6 +568,27 @@ fn nudge_cpus(ncpus: usize) {
     }
 }
 
+/// Move every record of an update-trace ring (tests and benchmarks only) into `pending` and
+/// return those written in `epoch`, the interval just closed; later ones stay pending for
+/// their own drain.
+fn take_trace<T: Copy>(
+    ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
+    pending: &mut Vec<T>,
+    epoch: u64,
+    epoch_of: impl Fn(&T) -> u64,
+) -> Vec<T> {
+    while let Some(item) = ring.next() {
+        if item.len() >= std::mem::size_of::<T>() {
+            // SAFETY: T is a plain-old-data record the kernel wrote whole (the length was
+            // checked); read_unaligned does not assume alignment.
+            pending.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<T>()) });
+        }
+    }
+    let (mine, later): (Vec<T>, Vec<T>) = pending.drain(..).partition(|r| epoch_of(r) == epoch);
+    *pending = later;
+    mine
+}
+
 fn fdinfo_field(fd: i32, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
     text.lines().find_map(|l| {
