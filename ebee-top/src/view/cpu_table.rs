@@ -58,6 +58,9 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
     let m = app.shown();
     let now = m.table.now_cell();
     let bw = burst_width(area.width);
+    // What is left for COMMAND: the highlight mark, the fixed columns, the sparkline and
+    // one space between each of the eight columns.
+    let cmd_width = (area.width as usize).saturating_sub(1 + 2 + 7 + 8 + 5 + 8 + 6 + bw + 7);
     let rows: Vec<Row> = app
         .table_rows()
         .into_iter()
@@ -75,13 +78,14 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
             };
             let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, app.opts.ascii);
             let mut cmd = e.command();
-            if area.width < 120 {
+            // "(exited) " goes first, so a narrow column still shows it.
+            let mark = if e.exited() { "(exited) " } else { "" };
+            if mark.len() + cmd.chars().count() > cmd_width {
+                // The program's name and its arguments say more than the start of a long
+                // directory path.
                 cmd = short_command(&cmd);
             }
-            if e.exited() {
-                // First, so a narrow column still shows it.
-                cmd = format!("(exited) {cmd}");
-            }
+            let cmd = format!("{mark}{cmd}");
             let style = if e.exited() {
                 c.exited()
             } else if pinned {

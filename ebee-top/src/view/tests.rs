@@ -352,3 +352,28 @@ fn the_filter_applies_to_the_memory_table() {
     let pane = &t[t.find("MEMORY by RES").unwrap_or(0)..];
     assert!(pane.contains("cruncher") && !pane.contains("cached"), "{t}");
 }
+
+/// A command line longer than its column shows the program's name and arguments, not the start
+/// of its directory path.
+#[test]
+fn a_long_path_gives_way_to_the_program_name() {
+    let mut a = app();
+    let p = proc(
+        777,
+        "server",
+        "/srv/deploy/releases/2026-11-30T03-12-44Z/build/x86_64/bin/server --port 8080",
+    );
+    a.update(Msg::Batch(Box::new(batch(
+        1,
+        &[(777, [MS; 5])],
+        std::slice::from_ref(&p),
+    ))));
+    let s = text(&a, 120, 40);
+    let row = s.lines().find(|l| l.contains(" 777 ")).unwrap();
+    assert!(row.contains("server --port 8080"), "{s}");
+    assert!(!row.contains("/srv/deploy"), "{s}");
+    // Wide enough, the whole line stays.
+    let s = text(&a, 200, 40);
+    let row = s.lines().find(|l| l.contains(" 777 ")).unwrap();
+    assert!(row.contains(&p.cmdline), "{s}");
+}
