@@ -1,10 +1,13 @@
 //! The CPU pipeline's kernel/userspace contract: sketch slots, per-CPU state, burst bins.
 //!
 //! On every context switch the kernel charges the outgoing task's on-CPU time since the last
-//! switch on that CPU (or since the last interval flip, whichever is later) to its process, in
-//! the sketch of the interval being written. Userspace charges the slice that runs across each
-//! flip itself, from [`CpuState`] (see `ebee-top/src/probes/cpu.rs`), so every nanosecond lands
-//! in exactly one interval.
+//! switch on that CPU (or since that CPU's last flip, whichever is later) to its process, in the
+//! sketch of the interval being written. Userspace closes an interval by running the `cpu_flip`
+//! program on each CPU in turn (BPF_PROG_TEST_RUN with BPF_F_TEST_RUN_ON_CPU, an IPI). Running
+//! there with interrupts off, it cannot interleave with `sched_switch` (which also runs with
+//! interrupts off), so it charges the running task's slice up to now to the closing interval and
+//! switches that CPU to the next one without any atomic handshake: every nanosecond lands in
+//! exactly one interval, and when the last IPI returns the closed sketches are quiescent.
 
 use crate::hashpipe;
 
@@ -94,28 +97,30 @@ impl CpuSketch {
     }
 }
 
-/// Per-CPU bookkeeping of the `sched_switch` program (a one-entry `PerCpuArray`).
+/// Per-CPU bookkeeping of the `sched_switch` and `cpu_flip` programs (a one-entry
+/// `PerCpuArray`). Only programs running on its own CPU with interrupts off write it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuState {
-    /// Odd while the program runs on this CPU; userspace waits for it to move before reading
-    /// the interval it just closed.
-    pub seq: u64,
-    /// The epoch word the program saw at the last switch on this CPU.
-    pub epoch_seen: u64,
-    /// Time of the last switch: the running task's slice started here.
+    /// Epoch word of the interval this CPU writes (its parity picks the sketch).
+    pub epoch: u64,
+    /// When this CPU's interval started (its last `cpu_flip`, `CLOCK_MONOTONIC` ns).
+    pub flip_ts: u64,
+    /// Start of the running task's slice: the last switch or the last flip.
     pub last_ts: u64,
-    /// Epoch word in force at the first switch after a flip; `cross_*` describe the slice
-    /// that ran across that flip, so userspace can charge its part before the flip.
-    pub cross_epoch: u64,
-    /// Start of the slice that ran across the flip `cross_epoch`.
-    pub cross_start: u64,
-    /// Process of that slice (0: idle).
-    pub cross_tgid: u32,
-    /// Process running since `last_ts` (0: idle).
-    pub cur_tgid: u32,
-    /// Context switches seen on this CPU since load.
-    pub switches: u64,
+    /// Burst-bin geometry of the interval being written.
+    pub bins: BinCfg,
+}
+
+/// What userspace passes to `cpu_flip` (the raw_tracepoint context of the test run): the
+/// interval to open on the CPU it runs on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuFlipArgs {
+    /// Epoch word of the interval to open (from the global flip that preceded it).
+    pub epoch: u64,
+    /// Its burst-bin geometry.
+    pub bins: BinCfg,
 }
 
 /// One update as the kernel applied it (trace ring buffer, tests and benchmarks only).
@@ -132,8 +137,10 @@ pub struct CpuTrace {
     pub slot: CpuSlot,
 }
 
-/// Burst-bin geometry for one interval length, computed by userspace and written to `CTL`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Burst-bin geometry for one interval length, computed by userspace and handed to each CPU at
+/// its flip.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BinCfg {
     /// Width of one bin in ns: 10 ms, or wider when 8 bins of 10 ms cannot cover the interval.
     pub width_ns: u64,
@@ -225,7 +232,8 @@ mod tests {
     #[test]
     fn layout_has_no_padding() {
         assert_eq!(core::mem::size_of::<CpuSlot>(), 32);
-        assert_eq!(core::mem::size_of::<CpuState>(), 56);
+        assert_eq!(core::mem::size_of::<CpuState>(), 48);
+        assert_eq!(core::mem::size_of::<CpuFlipArgs>(), 32);
         assert_eq!(core::mem::size_of::<CpuTrace>(), 48);
         assert_eq!(
             core::mem::size_of::<CpuSketch>(),

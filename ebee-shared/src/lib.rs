@@ -87,6 +87,7 @@ pub mod drops {
 pub mod prog_names {
     pub const SCHED_SWITCH: &str = "sched_switch";
     pub const FLIP: &str = "flip";
+    pub const CPU_FLIP: &str = "cpu_flip";
     pub const PROCESS_EXIT: &str = "sched_process_exit";
     pub const PROCESS_EXEC: &str = "sched_process_exec";
     pub const SYS_ENTER: &str = "sys_enter";
@@ -96,6 +97,8 @@ pub mod prog_names {
     /// Empty programs on the same hooks, for the overhead benchmark's floor.
     pub const FLOOR_ENTER: &str = "floor_enter";
     pub const FLOOR_EXIT: &str = "floor_exit";
+    /// An empty `sched_switch` program (the switch-cost benchmark's floor).
+    pub const FLOOR_SWITCH: &str = "floor_switch";
 }
 
 /// Names of the load-time globals (read-only data the verifier sees as constants).
@@ -116,21 +119,15 @@ pub mod global_names {
 
 /// The control block userspace shares with the programs (the one value of the `CTL` array).
 pub mod ctl {
-    /// Control words. `epoch` is written only by the `flip` program, with one atomic 8-byte
-    /// exchange, so no reader sees half of it; the bin geometry is written by userspace when the
-    /// interval changes (a reader racing that write mis-bins at most one interval).
+    /// Control word. `epoch` is written only by the `flip` program, with one atomic 8-byte
+    /// exchange, so no reader sees half of it. The memory and QoS pipelines read it; the CPU
+    /// pipeline gets its epoch per CPU from `cpu_flip` (see [`crate::cpu`]).
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct Ctl {
         /// `(flip_time_ns & !1) | parity`: the interval being written started at
         /// `flip_time_ns` (`CLOCK_MONOTONIC`) and goes to the buffers of `parity`.
         pub epoch: u64,
-        /// Burst bin width, see [`crate::cpu::BinCfg`].
-        pub bin_width_ns: u64,
-        /// Burst bin reciprocal, see [`crate::cpu::BinCfg`].
-        pub bin_recip: u64,
-        /// Burst lane unit shift, see [`crate::cpu::BinCfg`].
-        pub bin_unit_shift: u64,
     }
 
     /// Parity (which of the two interval buffers is being written) of an epoch word.

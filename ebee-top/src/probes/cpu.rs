@@ -1,25 +1,23 @@
-//! Draining the CPU pipeline: the handshake that closes an interval, the slice that runs across
-//! each flip, and the merge of per-CPU sketch stages into one row per process.
+//! Draining the CPU pipeline: closing each CPU's interval with `cpu_flip`, and the merge of
+//! per-CPU sketch stages into one row per process.
 //!
-//! The kernel charges each context switch's slice from `max(last switch, flip)` to now, into the
-//! sketch of the interval being written. The part of a slice before a flip belongs to the
-//! interval that flip closed; userspace charges it here, exactly once, from `CpuState`:
-//! - if the CPU has switched since the flip, the kernel recorded the crossing slice
-//!   (`cross_*`, tagged with the flip's epoch);
-//! - if it has not, the task in `cur_tgid` is still running since `last_ts`, and the state is
-//!   stable, so two identical reads of it are a consistent snapshot.
-//!
-//! A crossing record that shows up later, tagged with a flip we already charged from a stable
-//! snapshot, is ignored (it carries an older epoch than the one being resolved).
-
+//! The kernel charges each context switch's slice from the CPU's last switch (or last flip) to
+//! now, into the sketch of the interval that CPU is writing. To close an interval, userspace
+//! runs `cpu_flip` on every CPU in turn (BPF_PROG_TEST_RUN on that CPU: an IPI). It charges the
+//! running task's slice up to the flip to the old interval and opens the new one. Neither it nor
+//! `sched_switch` can interrupt the other on one CPU (the scheduler runs its tracepoint with
+//! interrupts off; the IPI handler runs with them off too), so when the last call returns, no
+//! CPU writes the old interval any more and every nanosecond is in exactly one interval, with no
+//! atomics in the switch path and no waiting.
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use ebee_shared::{
-    cpu::{BURST_BINS, BinCfg, CpuSketch, CpuSlot, CpuState, CpuTrace, bin_lane},
+    cpu::{BURST_BINS, BinCfg, CpuFlipArgs, CpuSketch, CpuSlot, CpuState, CpuTrace, bin_lane},
     ctl,
 };
+
+use super::flip::Flipper;
 
 /// One process's on-CPU time in one interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,16 +36,14 @@ pub struct RawInterval {
     pub end_ns: u64,
     /// Burst bin width in force during the interval.
     pub bin_width_ns: u64,
-    /// Processes by on-CPU time (sketch plus crossing slices), heaviest first.
+    /// Processes by on-CPU time, heaviest first.
     pub rows: Vec<CpuCharge>,
-    /// The exact shadow (plus the same crossing slices), when loaded with it.
+    /// The exact shadow, when loaded with it.
     pub exact: Option<Vec<CpuCharge>>,
     /// Every sketch update of the interval, per CPU in order, when loaded with the trace.
     pub trace: Option<Vec<CpuTrace>>,
     /// The raw per-CPU sketches, when loaded with the trace (to check replays against).
     pub sketches: Option<Vec<CpuSketch>>,
-    /// The crossing slices userspace charged (cpu, slot), when loaded with the trace.
-    pub crossings: Option<Vec<(u32, CpuSlot)>>,
     /// Nanoseconds and entries that fell out of the last sketch stage.
     pub evicted_ns: u64,
     pub evictions: u64,
@@ -55,7 +51,8 @@ pub struct RawInterval {
     pub updates: u64,
     /// Updates the exact shadow could not store (map full).
     pub shadow_full: u64,
-    /// CPUs whose crossing slice could not be resolved in time (their slice is lost).
+    /// CPUs whose interval could not be closed (`cpu_flip` failed there): their time since
+    /// the previous flip lands in a later interval.
     pub handshake_timeouts: u64,
     /// Process exec/exit events that arrived during the interval.
     pub lifecycle: Vec<ebee_shared::lifecycle::LifecycleEvent>,
@@ -69,57 +66,6 @@ pub struct RawInterval {
     /// The memory pipeline's part of the interval (None when it is not attached).
     pub mem: Option<super::mem::MemRaw>,
 }
-
-/// What userspace charges for one CPU at one flip: a slice `[start, end)` of process `tgid`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Crossing {
-    pub tgid: u32,
-    pub start: u64,
-    pub end: u64,
-}
-
-/// Outcome of looking at one read of a CPU's state after flip `epoch`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Resolve {
-    /// The slice to charge (or none: idle, or nothing ran across the flip).
-    Done(Option<Crossing>),
-    /// The program is running, or the state may be moving: read again.
-    Again,
-}
-
-/// Resolve the crossing slice of one CPU for the flip to `epoch`, which closed the interval
-/// that started at `prev_flip`. `prev_read` is the previous read of the same CPU in this drain.
-pub fn resolve(st: &CpuState, prev_read: Option<&CpuState>, epoch: u64, prev_flip: u64) -> Resolve {
-    let flip = ctl::flip_ns(epoch);
-    let slice = |tgid: u32, start: u64| {
-        let start = start.max(prev_flip);
-        (tgid != 0 && start != 0 && start < flip).then_some(Crossing {
-            tgid,
-            start,
-            end: flip,
-        })
-    };
-    if st.seq % 2 == 1 {
-        return Resolve::Again;
-    }
-    if st.epoch_seen == epoch {
-        // The CPU switched after the flip: the kernel recorded the slice that crossed it.
-        return if st.cross_epoch == epoch {
-            Resolve::Done(slice(st.cross_tgid, st.cross_start))
-        } else {
-            // Nothing had run before on this CPU (no `last_ts`), so nothing crossed.
-            Resolve::Done(None)
-        };
-    }
-    // No switch since the flip: `cur_tgid` still runs. Trust it once two reads agree.
-    match prev_read {
-        Some(p) if p == st => Resolve::Done(slice(st.cur_tgid, st.last_ts)),
-        _ => Resolve::Again,
-    }
-}
-
-/// Give up on a CPU's crossing slice after this long (counted as a handshake timeout).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// Merges charges by process.
 #[derive(Default)]
@@ -157,10 +103,9 @@ impl Merge {
 }
 
 /// Merge per-CPU sketches into one row per process (keys found in several stages or CPUs are
-/// summed), plus crossing slices. Used for the kernel's sketches and for userspace replays.
+/// summed).
 pub fn merge_sketches<'a>(
     sketches: impl IntoIterator<Item = &'a CpuSketch>,
-    crossings: impl IntoIterator<Item = &'a CpuSlot>,
     bins: BinCfg,
 ) -> Vec<CpuCharge> {
     let unit = 1u64 << bins.unit_shift;
@@ -169,9 +114,6 @@ pub fn merge_sketches<'a>(
         for slot in sk.stages.iter().flatten() {
             m.add(slot, unit);
         }
-    }
-    for c in crossings {
-        m.add(c, unit);
     }
     m.into_rows()
 }
@@ -183,42 +125,55 @@ pub(super) struct CpuDrain {
     shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
     trace: Option<RingBuf<MapData>>,
     pending_trace: Vec<CpuTrace>,
+    /// Runs `cpu_flip` on one CPU.
+    flipper: Flipper,
     ncpus: usize,
     /// Epoch word of the interval being written.
     epoch: u64,
-    /// Bin geometry of the interval being written.
+    /// Bin geometry of the interval being written, and of the next one.
     bins: BinCfg,
+    next_bins: BinCfg,
+}
+
+/// The pieces [`CpuDrain::new`] takes over.
+pub(super) struct CpuMaps {
+    pub state: PerCpuArray<MapData, CpuState>,
+    pub sketch: PerCpuArray<MapData, CpuSketch>,
+    pub shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
+    pub trace: Option<RingBuf<MapData>>,
 }
 
 impl CpuDrain {
     pub(super) fn new(
-        state: PerCpuArray<MapData, CpuState>,
-        sketch: PerCpuArray<MapData, CpuSketch>,
-        shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
-        trace: Option<RingBuf<MapData>>,
+        maps: CpuMaps,
+        flipper: Flipper,
         ncpus: usize,
         epoch: u64,
         bins: BinCfg,
     ) -> Self {
         Self {
-            state,
-            sketch,
-            shadow,
-            trace,
+            state: maps.state,
+            sketch: maps.sketch,
+            shadow: maps.shadow,
+            trace: maps.trace,
             pending_trace: Vec::new(),
+            flipper,
             ncpus,
             epoch,
             bins,
+            next_bins: bins,
         }
     }
 
-    /// Before attaching: every CPU's current slice starts at the first flip, so the first
-    /// switch on each CPU charges the outgoing task from there (not from boot).
+    /// Before attaching: every CPU writes interval `epoch`, and its running slice starts at
+    /// that flip, so the first switch on each CPU charges the outgoing task from there (not
+    /// from boot).
     pub(super) fn prime(&mut self) -> Result<(), aya::maps::MapError> {
         let st = CpuState {
-            epoch_seen: self.epoch,
+            epoch: self.epoch,
+            flip_ts: ctl::flip_ns(self.epoch),
             last_ts: ctl::flip_ns(self.epoch),
-            ..Default::default()
+            bins: self.bins,
         };
         let values = aya::maps::PerCpuValues::try_from(vec![st; self.ncpus])
             .map_err(aya::maps::MapError::from)?;
@@ -227,60 +182,31 @@ impl CpuDrain {
 
     /// Set the bin geometry for the interval that starts at the next flip.
     pub(super) fn set_bins(&mut self, bins: BinCfg) {
-        self.bins = bins;
+        self.next_bins = bins;
     }
 
-    /// The flip to `new_epoch` has just happened: collect the interval it closed.
+    /// The global flip to `new_epoch` has just happened: close every CPU's interval and
+    /// collect the interval that closed.
     pub(super) fn drain(&mut self, new_epoch: u64) -> Result<RawInterval, aya::maps::MapError> {
         let old_epoch = std::mem::replace(&mut self.epoch, new_epoch);
-        let bins = self.bins;
+        let bins = std::mem::replace(&mut self.bins, self.next_bins);
         let start_ns = ctl::flip_ns(old_epoch);
         let end_ns = ctl::flip_ns(new_epoch);
         let old_parity = ctl::parity(old_epoch);
 
-        // 1. Handshake: every CPU has finished writing the old interval, and its crossing
-        //    slice is known.
-        let mut crossings: Vec<(u32, CpuSlot)> = Vec::new();
-        let mut unresolved: Vec<Option<Option<CpuState>>> = vec![Some(None); self.ncpus];
-        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-        let mut timeouts = 0;
-        loop {
-            let states = self.state.get(&0, 0)?;
-            let mut left = 0;
-            for (cpu, st) in states.iter().enumerate() {
-                let Some(slot) = unresolved.get_mut(cpu) else {
-                    continue;
-                };
-                let Some(prev) = slot else { continue };
-                match resolve(st, prev.as_ref(), new_epoch, start_ns) {
-                    Resolve::Done(c) => {
-                        if let Some(c) = c {
-                            crossings.push((
-                                cpu as u32,
-                                CpuSlot {
-                                    tgid: c.tgid,
-                                    flags: 0,
-                                    ns: c.end - c.start,
-                                    bins: bins.bins_of(c.start - start_ns, c.end - start_ns),
-                                },
-                            ));
-                        }
-                        *slot = None;
-                    }
-                    Resolve::Again => {
-                        *prev = Some(*st);
-                        left += 1;
-                    }
-                }
+        // 1. Close the interval on every CPU. A CPU that is offline runs no programs; one
+        //    whose flip fails keeps writing the old parity and is counted.
+        let args = CpuFlipArgs {
+            epoch: new_epoch,
+            bins: self.bins,
+        };
+        let mut failed = 0;
+        for cpu in 0..self.ncpus {
+            match self.flipper.run_on_cpu(cpu as u32, &args) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
+                Err(_) => failed += 1,
             }
-            if left == 0 {
-                break;
-            }
-            if Instant::now() > deadline {
-                timeouts = left as u64;
-                break;
-            }
-            std::thread::yield_now();
         }
 
         // 2. The closed interval's sketches, then clear them for reuse two flips from now.
@@ -291,7 +217,7 @@ impl CpuDrain {
             start_ns,
             end_ns,
             bin_width_ns: bins.width_ns,
-            handshake_timeouts: timeouts,
+            handshake_timeouts: failed,
             ..Default::default()
         };
         for sk in &sketches {
@@ -300,9 +226,9 @@ impl CpuDrain {
             raw.updates += sk.updates;
             raw.shadow_full += sk.shadow_full;
         }
-        raw.rows = merge_sketches(&sketches, crossings.iter().map(|(_, s)| s), bins);
+        raw.rows = merge_sketches(&sketches, bins);
 
-        // 3. The exact shadow, with the same crossing slices.
+        // 3. The exact shadow.
         if let Some(shadow) = self.shadow.as_mut() {
             let map = &mut shadow[old_parity as usize & 1];
             let keys: Vec<u32> = map.keys().collect::<Result<_, _>>()?;
@@ -311,9 +237,6 @@ impl CpuDrain {
                 let ns: u64 = map.get(&k, 0)?.iter().sum();
                 m.add_ns(k, ns);
                 map.remove(&k)?;
-            }
-            for (_, c) in &crossings {
-                m.add_ns(c.tgid, c.ns);
             }
             raw.exact = Some(m.into_rows());
         }
@@ -327,84 +250,7 @@ impl CpuDrain {
                 |r| r.epoch,
             ));
             raw.sketches = Some(sketches);
-            raw.crossings = Some(crossings);
         }
         Ok(raw)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const E1: u64 = 1_000_000_000; // parity 0, flip at 1 s
-    const E2: u64 = 1_050_000_001; // parity 1, flip at 1.05 s
-
-    fn st(seq: u64, epoch_seen: u64, last_ts: u64, cur: u32) -> CpuState {
-        CpuState {
-            seq,
-            epoch_seen,
-            last_ts,
-            cur_tgid: cur,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn running_task_needs_two_identical_reads() {
-        let s = st(10, E1, 1_010_000_000, 42);
-        assert_eq!(resolve(&s, None, E2, 1_000_000_000), Resolve::Again);
-        assert_eq!(
-            resolve(&s, Some(&s), E2, 1_000_000_000),
-            Resolve::Done(Some(Crossing {
-                tgid: 42,
-                start: 1_010_000_000,
-                end: 1_050_000_000
-            }))
-        );
-        // A task running since before the interval is charged from the interval start only.
-        let s = st(10, E1, 900_000_000, 42);
-        assert_eq!(
-            resolve(&s, Some(&s), E2, 1_000_000_000),
-            Resolve::Done(Some(Crossing {
-                tgid: 42,
-                start: 1_000_000_000,
-                end: 1_050_000_000
-            }))
-        );
-    }
-
-    #[test]
-    fn program_in_flight_is_waited_for() {
-        let s = st(11, E1, 1_010_000_000, 42);
-        assert_eq!(resolve(&s, Some(&s), E2, 1_000_000_000), Resolve::Again);
-    }
-
-    #[test]
-    fn switch_after_flip_uses_the_kernel_record() {
-        let mut s = st(12, E2, 1_051_000_000, 7);
-        s.cross_epoch = E2;
-        s.cross_start = 1_020_000_000;
-        s.cross_tgid = 42;
-        assert_eq!(
-            resolve(&s, None, E2, 1_000_000_000),
-            Resolve::Done(Some(Crossing {
-                tgid: 42,
-                start: 1_020_000_000,
-                end: 1_050_000_000
-            }))
-        );
-    }
-
-    #[test]
-    fn idle_and_moving_states() {
-        let s = st(10, E1, 1_010_000_000, 0);
-        assert_eq!(
-            resolve(&s, Some(&s), E2, 1_000_000_000),
-            Resolve::Done(None)
-        );
-        let a = st(10, E1, 1_010_000_000, 5);
-        let b = st(12, E1, 1_020_000_000, 6);
-        assert_eq!(resolve(&b, Some(&a), E2, 1_000_000_000), Resolve::Again);
     }
 }

@@ -183,7 +183,7 @@ impl Probes {
             ebpf.take_map(name)
                 .ok_or_else(|| ProbeError::Other(format!("eBPF object has no map {name}")))
         };
-        let mut ctl: Array<MapData, Ctl> =
+        let ctl: Array<MapData, Ctl> =
             Array::try_from(take(map_names::CTL)?).map_err(classify("CTL map"))?;
         let state: PerCpuArray<MapData, CpuState> =
             PerCpuArray::try_from(take(map_names::CPU_STATE)?).map_err(classify("state map"))?;
@@ -253,10 +253,30 @@ impl Probes {
         flip_prog.load().map_err(classify("loading flip program"))?;
         let flipper = flip::Flipper::new(flip_prog).map_err(classify("flip program fd"))?;
 
+        let cpu_flip: &mut RawTracePoint = ebpf
+            .program_mut(prog_names::CPU_FLIP)
+            .ok_or_else(|| ProbeError::Other("no cpu_flip program".into()))?
+            .try_into()
+            .map_err(classify("cpu_flip program"))?;
+        cpu_flip
+            .load()
+            .map_err(classify("loading cpu_flip program"))?;
+        let cpu_flipper = flip::Flipper::new(cpu_flip).map_err(classify("cpu_flip program fd"))?;
+
         let bins = BinCfg::for_interval(interval.as_nanos() as u64);
-        write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
         let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
-        let mut cpu = cpu::CpuDrain::new(state, sketch, shadow, trace, ncpus, epoch, bins);
+        let mut cpu = cpu::CpuDrain::new(
+            cpu::CpuMaps {
+                state,
+                sketch,
+                shadow,
+                trace,
+            },
+            cpu_flipper,
+            ncpus,
+            epoch,
+            bins,
+        );
         let mem_drain =
             mem_drain.map(|(c, s, sh, t)| mem::MemDrain::new(c, s, sh, t, ncpus, epoch));
         cpu.prime().map_err(classify("priming CPU state"))?;
@@ -284,8 +304,6 @@ impl Probes {
                 .map_err(classify("rss_stat"))?;
             prog.attach().map_err(classify("rss_stat"))?;
         }
-
-        nudge_cpus(ncpus);
 
         // Run-time stats are best effort: without them the cost shows as unknown.
         let stats = if cfg.bpf_stats {
@@ -319,7 +337,7 @@ impl Probes {
     pub fn set_interval(&mut self, interval: Duration) -> Result<(), ProbeError> {
         self.bins = BinCfg::for_interval(interval.as_nanos() as u64);
         self.cpu.set_bins(self.bins);
-        write_bins(&mut self.ctl, self.bins).map_err(classify("writing CTL"))
+        Ok(())
     }
 
     /// Close the interval being written and return it.
@@ -433,16 +451,6 @@ impl Probes {
     }
 }
 
-fn write_bins(ctl: &mut Array<MapData, Ctl>, bins: BinCfg) -> Result<(), aya::maps::MapError> {
-    // Only the bin words change here; the epoch word is the flip program's. Read-modify-write
-    // is safe because userspace is the only writer apart from `flip`, which we run ourselves.
-    let mut c = ctl.get(&0, 0)?;
-    c.bin_width_ns = bins.width_ns;
-    c.bin_recip = bins.recip;
-    c.bin_unit_shift = bins.unit_shift;
-    ctl.set(0, c, 0)
-}
-
 pub(crate) fn page_size() -> u32 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -535,39 +543,6 @@ impl Probes {
     }
 }
 
-/// A numeric field of /proc/self/fdinfo/<fd>.
-/// sched_switch learns which task runs on a CPU only when that CPU switches. A task that was
-/// already running when we attached and never leaves its CPU (a CPU-bound process alone on
-/// it: the tick does not switch a lone runnable task) would stay unseen. So once attached, a
-/// short-lived thread visits every CPU we may run on: it is switched in and out there, after
-/// which each CPU's running task is known and charged from the first interval's start.
-/// (CPUs outside our affinity mask cannot be visited; their tasks show at their next switch.)
-fn nudge_cpus(ncpus: usize) {
-    let visitors: Vec<_> = (0..ncpus)
-        .filter_map(|cpu| {
-            std::thread::Builder::new()
-                .name("ebee-nudge".into())
-                .spawn(move || {
-                    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and
-                    // sched_setaffinity get a valid pointer and its size.
-                    let moved = unsafe {
-                        let mut set: libc::cpu_set_t = std::mem::zeroed();
-                        libc::CPU_SET(cpu, &mut set);
-                        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-                            == 0
-                    };
-                    if moved {
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
-                })
-                .ok()
-        })
-        .collect();
-    for v in visitors {
-        let _ = v.join();
-    }
-}
-
 /// Move every record of an update-trace ring (tests and benchmarks only) into `pending` and
 /// return those written in `epoch`, the interval just closed; later ones stay pending for
 /// their own drain.
@@ -589,10 +564,65 @@ fn take_trace<T: Copy>(
     mine
 }
 
+/// A numeric field of /proc/self/fdinfo/<fd>.
 fn fdinfo_field(fd: i32, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
         (k.trim() == field).then(|| v.trim().parse().ok())?
     })
+}
+
+/// The empty `floor_switch` program attached to `sched_switch` on its own: what any
+/// sched_switch program costs on this machine (the switch-cost benchmark; not used by
+/// ebee-top itself). Dropping it detaches and unloads everything.
+pub struct SwitchFloor {
+    ebpf: Ebpf,
+    stats: Option<std::os::fd::OwnedFd>,
+}
+
+impl SwitchFloor {
+    /// Load the object (maps included, nothing else attached) and attach `floor_switch`,
+    /// with the kernel's BPF run-time statistics on when `bpf_stats`.
+    pub fn attach(bpf_stats: bool) -> Result<Self, ProbeError> {
+        if OBJECT.is_empty() {
+            return Err(ProbeError::NoObject);
+        }
+        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .load(OBJECT)
+            .map_err(classify("loading eBPF object"))?;
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(prog_names::FLOOR_SWITCH)
+            .ok_or_else(|| ProbeError::Other("no floor_switch program".into()))?
+            .try_into()
+            .map_err(classify("floor_switch"))?;
+        prog.load("sched_switch", &btf)
+            .map_err(classify("floor_switch"))?;
+        prog.attach().map_err(classify("floor_switch"))?;
+        let stats = if bpf_stats {
+            aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
+        } else {
+            None
+        };
+        Ok(Self { ebpf, stats })
+    }
+
+    /// Run time of the floor program since it was attached (zero without statistics).
+    pub fn stats(&self) -> ProgStats {
+        let mut s = ProgStats {
+            enabled: self.stats.is_some(),
+            ..Default::default()
+        };
+        if let Some(info) = self
+            .ebpf
+            .program(prog_names::FLOOR_SWITCH)
+            .and_then(|p| p.info().ok())
+        {
+            s.run_ns = info.run_time().as_nanos() as u64;
+            s.run_count = info.run_count();
+        }
+        s
+    }
 }

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use ebee_shared::cpu::{CpuSlot, CpuTrace};
 use ebee_shared::hashpipe;
 use ebee_shared::mem::{MemSlot, MemTrace};
+use ebee_shared::prog_names;
 use ebee_top::probes::mem::{MemChange, MemReading, MemTable, merge_slots};
 use ebee_top::probes::{ProbeConfig, Probes};
 use serde_json::json;
@@ -62,6 +63,19 @@ enum Cmd {
         /// `getppid` or `tcp`.
         #[arg(long, default_value = "getppid")]
         kind: String,
+    },
+    /// Added cost per context switch: `ebee-load pingpong` on CPU 1 with no monitor, with an
+    /// empty sched_switch program (the floor), with ebee-top (every pipeline, draining every
+    /// 50 ms from CPU 0), and with ebee-top and another process pinned; rounds interleave the
+    /// modes. Then one run each of the floor and ebee-top with BPF statistics on, for the
+    /// programs' own run time per switch.
+    Switch {
+        /// Round trips per run (two switches each).
+        #[arg(long, default_value_t = 300_000)]
+        round_trips: u64,
+        /// Rounds (each runs every mode once).
+        #[arg(long, default_value_t = 9)]
+        rounds: u32,
     },
     /// Request QoS of a running redis-server (pinned) under redis-benchmark at several loads:
     /// ebee-top's count and percentiles over each run beside redis-benchmark's own report.
@@ -274,6 +288,113 @@ fn overhead(calls: u64, rounds: u32, kind: &str) -> anyhow::Result<serde_json::V
     }))
 }
 
+/// One `ebee-load pingpong` run on CPU 1: (wall ns, CPU ns) per switch. With `probes`, they
+/// drain every 50 ms while it runs, as ebee-top would.
+fn pingpong(mut probes: Option<&mut Probes>, round_trips: u64) -> anyhow::Result<(f64, f64)> {
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe.with_file_name("ebee-load"))
+        .args([
+            "pingpong",
+            "--round-trips",
+            &round_trips.to_string(),
+            "--cpu",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    while child.try_wait()?.is_none() {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(p) = probes.as_deref_mut() {
+            p.drain()?;
+        }
+    }
+    let out = child.wait_with_output()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    let mut it = s.split_whitespace().map(str::parse::<f64>);
+    match (it.next(), it.next()) {
+        (Some(Ok(w)), Some(Ok(c))) => Ok((w, c)),
+        _ => anyhow::bail!("ebee-load pingpong printed {s:?}"),
+    }
+}
+
+fn switch_cost(round_trips: u64, rounds: u32) -> anyhow::Result<serde_json::Value> {
+    // The drains run here, on CPU 0, away from the ping-pong on CPU 1.
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity get a valid
+    // pointer and its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+    let exe = std::env::current_exe()?;
+    let mut sleeper = std::process::Command::new(exe.with_file_name("ebee-load"))
+        .args(["sleeper", "--ms", "10"])
+        .spawn()?;
+    let other = sleeper.id();
+    let modes = ["none", "floor", "ebee_top", "ebee_top_pinned_other"];
+    let mut res: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
+    let r = (|| -> anyhow::Result<serde_json::Value> {
+        for _ in 0..rounds {
+            res[0].push(pingpong(None, round_trips)?);
+            {
+                let _f = ebee_top::probes::SwitchFloor::attach(false)?;
+                res[1].push(pingpong(None, round_trips)?);
+            }
+            let mut p = Probes::load(ProbeConfig::default(), Duration::from_millis(50))?;
+            res[2].push(pingpong(Some(&mut p), round_trips)?);
+            p.set_pins(&[other])?;
+            res[3].push(pingpong(Some(&mut p), round_trips)?);
+        }
+        // Program run time per switch, from the kernel's BPF statistics.
+        let f = ebee_top::probes::SwitchFloor::attach(true)?;
+        pingpong(None, round_trips)?;
+        let floor = f.stats();
+        drop(f);
+        let mut p = Probes::load(
+            ProbeConfig {
+                bpf_stats: true,
+                ..Default::default()
+            },
+            Duration::from_millis(50),
+        )?;
+        let before = p.prog_stats_of(prog_names::SCHED_SWITCH);
+        pingpong(Some(&mut p), round_trips)?;
+        let after = p.prog_stats_of(prog_names::SCHED_SWITCH);
+        let per = |ns: u64, n: u64| {
+            if n == 0 {
+                f64::NAN
+            } else {
+                ns as f64 / n as f64
+            }
+        };
+        Ok(json!({
+            "floor_ns_per_run": per(floor.run_ns, floor.run_count),
+            "floor_runs": floor.run_count,
+            "sched_switch_ns_per_run": per(after.run_ns - before.run_ns, after.run_count - before.run_count),
+            "sched_switch_runs": after.run_count - before.run_count,
+        }))
+    })();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let stats = r?;
+    let stat = |v: &Vec<(f64, f64)>, cpu: bool| {
+        let mut s: Vec<f64> = v.iter().map(|(w, c)| if cpu { *c } else { *w }).collect();
+        s.sort_by(f64::total_cmp);
+        let med = s.get(s.len() / 2).copied().unwrap_or(f64::NAN);
+        let min = s.first().copied().unwrap_or(f64::NAN);
+        json!({"median_ns": med, "min_ns": min, "runs": s})
+    };
+    Ok(json!({
+        "round_trips": round_trips,
+        "rounds": rounds,
+        "modes": modes.iter().zip(&res).map(|(m, v)| json!({
+            "mode": m, "wall": stat(v, false), "cpu": stat(v, true),
+        })).collect::<Vec<_>>(),
+        "bpf_stats": stats,
+    }))
+}
+
 const KS: [usize; 5] = [1, 5, 10, 20, 30];
 
 /// Tie-aware precision@k: a reported pid counts when its exact value is at least the exact
@@ -304,7 +425,7 @@ impl<const D: usize, const W: usize> Shape<D, W> {
             cpus: vec![[[CpuSlot::default(); W]; D]; ncpus],
         }
     }
-    fn replay(&mut self, trace: &[CpuTrace], crossings: &[(u32, CpuSlot)]) -> Vec<(u32, u64)> {
+    fn replay(&mut self, trace: &[CpuTrace]) -> Vec<(u32, u64)> {
         for s in &mut self.cpus {
             *s = [[CpuSlot::default(); W]; D];
         }
@@ -318,9 +439,6 @@ impl<const D: usize, const W: usize> Shape<D, W> {
             for slot in s.iter().flatten().filter(|s| s.tgid != 0) {
                 *m.entry(slot.tgid).or_default() += slot.ns;
             }
-        }
-        for (_, c) in crossings {
-            *m.entry(c.tgid).or_default() += c.ns;
         }
         let mut v: Vec<(u32, u64)> = m.into_iter().collect();
         v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -358,10 +476,10 @@ impl Acc {
 
 macro_rules! shapes {
     ($ncpus:expr; $(($d:literal, $w:literal)),* $(,)?) => {{
-        let v: Vec<(usize, usize, Box<dyn FnMut(&[CpuTrace], &[(u32, CpuSlot)]) -> Vec<(u32, u64)>>)> = vec![
+        let v: Vec<(usize, usize, Box<dyn FnMut(&[CpuTrace]) -> Vec<(u32, u64)>>)> = vec![
             $({
                 let mut s = Shape::<$d, $w>::new($ncpus);
-                ($d, $w, Box::new(move |t: &[CpuTrace], c: &[(u32, CpuSlot)]| s.replay(t, c)))
+                ($d, $w, Box::new(move |t: &[CpuTrace]| s.replay(t)))
             }),*
         ];
         v
@@ -410,9 +528,8 @@ fn precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_json::Val
         let reported: Vec<(u32, u64)> = raw.rows.iter().map(|r| (r.tgid, r.ns)).collect();
         kernel.add(&reported, &exact);
         let trace = raw.trace.as_deref().unwrap_or_default();
-        let crossings = raw.crossings.as_deref().unwrap_or_default();
         for ((_, _, f), acc) in shapes.iter_mut().zip(&mut sweep) {
-            acc.add(&f(trace, crossings), &exact);
+            acc.add(&f(trace), &exact);
         }
     }
     let slot = std::mem::size_of::<CpuSlot>();
@@ -733,6 +850,10 @@ fn main() {
             rounds,
             kind,
         } => overhead(calls, rounds, &kind),
+        Cmd::Switch {
+            round_trips,
+            rounds,
+        } => switch_cost(round_trips, rounds),
         Cmd::Qos {
             pid,
             port,
