@@ -1,13 +1,19 @@
 //! The CPU pipeline's kernel/userspace contract: sketch slots, per-CPU state, burst bins.
 //!
 //! On every context switch the kernel charges the outgoing task's on-CPU time since the last
-//! switch on that CPU (or since that CPU's last flip, whichever is later) to its process, in the
-//! sketch of the interval being written. Userspace closes an interval by running the `cpu_flip`
-//! program on each CPU in turn (BPF_PROG_TEST_RUN with BPF_F_TEST_RUN_ON_CPU, an IPI). Running
-//! there with interrupts off, it cannot interleave with `sched_switch` (which also runs with
-//! interrupts off), so it charges the running task's slice up to now to the closing interval and
-//! switches that CPU to the next one without any atomic handshake: every nanosecond lands in
-//! exactly one interval, and when the last IPI returns the closed sketches are quiescent.
+//! switch on that CPU to its process, in the sketch of the interval that CPU is writing. Time is
+//! the scheduler's own task clock (`rq_clock_task`), which the scheduler has just stamped into
+//! both switching tasks (`se.exec_start`), so the switch path reads no clock: a clock read was
+//! half of its cost on these VMs. It is the clock `/proc/PID/schedstat` and top's CPU times
+//! count in (IRQ and steal time left out).
+//!
+//! Intervals close per CPU, at a switch: userspace flips the global epoch word, then makes every
+//! CPU switch by waking a thread of its own pinned there. The first switch a CPU makes after the
+//! flip charges the outgoing slice to the old interval and opens the new one, exactly at that
+//! switch, and publishes the new epoch in [`CpuState`]. Once every CPU shows the new epoch, the
+//! old sketches are quiescent and userspace reads them. A CPU that does not switch in time is
+//! moved by `cpu_flip`, run on it by IPI (see its doc). Every nanosecond lands in exactly one
+//! interval, with no atomics in the switch path.
 
 use crate::hashpipe;
 
@@ -99,21 +105,22 @@ impl CpuSketch {
 
 /// Per-CPU bookkeeping of the `sched_switch` and `cpu_flip` programs (a one-entry
 /// `PerCpuArray`). Only programs running on its own CPU with interrupts off write it.
+/// Times are this CPU's scheduler task clock (ns).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuState {
     /// Epoch word of the interval this CPU writes (its parity picks the sketch).
     pub epoch: u64,
-    /// When this CPU's interval started (its last `cpu_flip`, `CLOCK_MONOTONIC` ns).
+    /// When this CPU's interval started (the switch that opened it).
     pub flip_ts: u64,
-    /// Start of the running task's slice: the last switch or the last flip.
+    /// Start of the running task's slice: the last switch (0: none seen yet).
     pub last_ts: u64,
     /// Burst-bin geometry of the interval being written.
     pub bins: BinCfg,
 }
 
 /// What userspace passes to `cpu_flip` (the raw_tracepoint context of the test run): the
-/// interval to open on the CPU it runs on.
+/// interval to move the CPU it runs on to.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuFlipArgs {
@@ -137,8 +144,8 @@ pub struct CpuTrace {
     pub slot: CpuSlot,
 }
 
-/// Burst-bin geometry for one interval length, computed by userspace and handed to each CPU at
-/// its flip.
+/// Burst-bin geometry for one interval length, computed by userspace and taken by each CPU when
+/// it opens an interval.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BinCfg {

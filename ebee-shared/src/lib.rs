@@ -109,6 +109,7 @@ pub mod global_names {
     pub const TRACE_ON: &str = "TRACE_ON";
     /// `u32`: byte offset of `tgid` in `struct task_struct`, read from the kernel's BTF.
     pub const TASK_TGID_OFF: &str = "TASK_TGID_OFF";
+    pub const TASK_EXEC_START_OFF: &str = "TASK_EXEC_START_OFF";
     /// `u32`: 1 when the kernel's `sched_process_exit` tracepoint passes `group_dead`.
     pub const EXIT_HAS_GROUP_DEAD: &str = "EXIT_HAS_GROUP_DEAD";
     /// [`crate::qos::Offsets`]: kernel struct offsets for the request model, from BTF.
@@ -119,15 +120,22 @@ pub mod global_names {
 
 /// The control block userspace shares with the programs (the one value of the `CTL` array).
 pub mod ctl {
-    /// Control word. `epoch` is written only by the `flip` program, with one atomic 8-byte
-    /// exchange, so no reader sees half of it. The memory and QoS pipelines read it; the CPU
-    /// pipeline gets its epoch per CPU from `cpu_flip` (see [`crate::cpu`]).
+    /// Control words. `epoch` is written only by the `flip` program, with one atomic 8-byte
+    /// exchange, so no reader sees half of it; the bin geometry is written by userspace and
+    /// taken by each CPU when it opens its next interval (a CPU racing that write mis-bins at
+    /// most one interval).
     #[repr(C)]
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub struct Ctl {
         /// `(flip_time_ns & !1) | parity`: the interval being written started at
         /// `flip_time_ns` (`CLOCK_MONOTONIC`) and goes to the buffers of `parity`.
         pub epoch: u64,
+        /// Burst bin width of the next interval, see [`crate::cpu::BinCfg`].
+        pub bin_width_ns: u64,
+        /// Burst bin reciprocal, see [`crate::cpu::BinCfg`].
+        pub bin_recip: u64,
+        /// Burst lane unit shift, see [`crate::cpu::BinCfg`].
+        pub bin_unit_shift: u64,
     }
 
     /// Parity (which of the two interval buffers is being written) of an epoch word.

@@ -1,9 +1,9 @@
 //! The CPU pipeline: `sched_switch` charges on-CPU time to processes in per-CPU HashPipe
-//! sketches; `cpu_flip` closes a CPU's interval (see `ebee_shared::cpu`); `flip` writes the
-//! global epoch word the memory and QoS pipelines use.
+//! sketches and closes each CPU's interval at its first switch after a `flip`; `cpu_flip` is
+//! the fallback for a CPU that does not switch in time (see `ebee_shared::cpu`).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id},
+    helpers::bpf_get_smp_processor_id,
     macros::{btf_tracepoint, raw_tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
@@ -14,13 +14,14 @@ use ebee_shared::{
 
 use crate::atomic_fetch_add;
 use crate::maps::{
-    CPU_SHADOW0, CPU_SHADOW1, CPU_SKETCH, CPU_STATE, CPU_TRACE, CTL, SHADOW_ON, TASK_TGID_OFF,
-    TRACE_ON, count_drop, global,
+    CPU_SHADOW0, CPU_SHADOW1, CPU_SKETCH, CPU_STATE, CPU_TRACE, CTL, SHADOW_ON,
+    TASK_EXEC_START_OFF, TASK_TGID_OFF, TRACE_ON, count_drop, global,
 };
 
 /// The hot path: runs at every context switch on the machine, so it does the least it can.
-/// No atomics and no global reads: the per-CPU state holds everything it needs, and only
-/// programs running on this CPU with interrupts off (this one and `cpu_flip`) touch it.
+/// No atomics and no clock read: "now" is the scheduler's own task clock, which it has just
+/// written into the switching tasks (see `ebee_shared::cpu`), and the per-CPU state holds the
+/// rest. The first switch on a CPU after a flip closes that CPU's interval.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: called by the kernel with the sched_switch arguments.
@@ -35,22 +36,58 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) {
     let Some(st) = CPU_STATE.get_ptr_mut(0) else {
         return;
     };
+    let Some(c) = CTL.get_ptr(0) else {
+        return;
+    };
     // SAFETY: this CPU's value of a per-CPU array. The scheduler calls this program with
     // interrupts off, and `cpu_flip` (the only other writer) runs on this CPU in an IPI or with
     // preemption off, so nothing else touches it while we run.
     let s = unsafe { &mut *st };
-    let now = crate::now_ns();
+    // SAFETY: a valid map value; the epoch word is read with one 8-byte load.
+    let epoch = unsafe { core::ptr::read_volatile(&raw const (*c).epoch) };
     let prev: *const u8 = ctx.arg(1);
-    // A direct load through the BTF-typed pointer: the offset is a .rodata constant the
-    // verifier knows, so it checks the access against task_struct itself (no helper call).
-    // SAFETY: `prev` is the outgoing task_struct; the offset comes from the kernel's BTF.
-    let prev_tgid: u32 = unsafe {
-        core::ptr::read_volatile(prev.add(global(&TASK_TGID_OFF) as usize) as *const u32)
+    let next: *const u8 = ctx.arg(2);
+    let exec_start = global(&TASK_EXEC_START_OFF) as usize;
+    let tgid = global(&TASK_TGID_OFF) as usize;
+    // Direct loads through the BTF-typed task pointers: the offsets are .rodata constants the
+    // verifier knows, so it checks each access against task_struct itself (no helper call).
+    // SAFETY: `prev` and `next` are the switching task_structs; offsets from the kernel's BTF.
+    let (a, b, prev_tgid) = unsafe {
+        (
+            core::ptr::read_volatile(prev.add(exec_start) as *const u64),
+            core::ptr::read_volatile(next.add(exec_start) as *const u64),
+            core::ptr::read_volatile(prev.add(tgid) as *const u32),
+        )
     };
+    // The scheduler stamped its task clock into the outgoing task (update_curr) and the
+    // incoming one (set_next_task) in this very switch; the idle task's stamp is stale, so
+    // take the later of the two.
+    let now = if a > b { a } else { b };
     let start = s.last_ts;
     s.last_ts = now;
-    if prev_tgid != 0 && now > start {
+    if prev_tgid != 0 && start != 0 && now > start {
         charge(s, prev_tgid, start, now);
+    }
+    if epoch != s.epoch {
+        // The first switch on this CPU since the flip: the slice just charged ends this CPU's
+        // interval; open the next one here. The epoch goes last, after a compiler fence:
+        // userspace reads the closed sketch once it sees the new epoch (x86 keeps stores in
+        // order).
+        // SAFETY: a valid map value; userspace writes the bins before it flips.
+        s.bins = unsafe {
+            BinCfg {
+                width_ns: core::ptr::read_volatile(&raw const (*c).bin_width_ns),
+                recip: core::ptr::read_volatile(&raw const (*c).bin_recip),
+                unit_shift: core::ptr::read_volatile(&raw const (*c).bin_unit_shift),
+            }
+        };
+        s.flip_ts = now;
+        // An empty asm block without `nomem` is a compiler barrier (the BPF backend cannot
+        // lower `compiler_fence`).
+        // SAFETY: no instructions.
+        unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
+        // SAFETY: this CPU's value, as above.
+        unsafe { core::ptr::write_volatile(&raw mut s.epoch, epoch) };
     }
 }
 
@@ -104,14 +141,15 @@ fn charge(s: &CpuState, tgid: u32, start: u64, end: u64) {
     }
 }
 
-/// Closes this CPU's interval and opens the next: run by userspace on each CPU in turn with
-/// BPF_PROG_TEST_RUN and BPF_F_TEST_RUN_ON_CPU (an IPI, or directly with preemption off on the
-/// caller's own CPU), never attached. Its context is a [`ebee_shared::cpu::CpuFlipArgs`].
+/// The fallback that closes a CPU's interval when no switch did it in time (a CPU ebee-top
+/// cannot place a thread on, or one that stays busy past the deadline): run by userspace on
+/// that CPU with BPF_PROG_TEST_RUN and BPF_F_TEST_RUN_ON_CPU (an IPI, or directly with
+/// preemption off on the caller's own CPU), never attached. Its context is a
+/// [`ebee_shared::cpu::CpuFlipArgs`].
 ///
-/// It charges the task running here (interrupted by the IPI; `current`) from the last switch
-/// to now, to the interval being closed, then starts the next interval now. Because neither
-/// this program nor `sched_switch` can interrupt the other on one CPU, the split is exact and
-/// needs no handshake: once the call returns, this CPU writes only the new interval.
+/// It cannot read the scheduler's task clock here, so it splits nothing: the slice running
+/// since the last switch goes wholly to the new interval. Neither it nor `sched_switch` can
+/// interrupt the other on one CPU, so once it returns this CPU writes only the new interval.
 #[raw_tracepoint(tracepoint = "ebee_cpu_flip")]
 pub fn cpu_flip(ctx: RawTracePointContext) -> i32 {
     let Some(st) = CPU_STATE.get_ptr_mut(0) else {
@@ -119,21 +157,16 @@ pub fn cpu_flip(ctx: RawTracePointContext) -> i32 {
     };
     // SAFETY: this CPU's value; see `try_sched_switch` for why nothing else writes it now.
     let s = unsafe { &mut *st };
-    let now = crate::now_ns();
-    // SAFETY: a plain helper call.
-    let cur = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let start = s.last_ts;
-    if cur != 0 && start != 0 && now > start {
-        charge(s, cur, start, now);
+    let epoch = ctx.arg::<u64>(0);
+    if s.epoch != epoch {
+        s.bins = BinCfg {
+            width_ns: ctx.arg::<u64>(1),
+            recip: ctx.arg::<u64>(2),
+            unit_shift: ctx.arg::<u64>(3),
+        };
+        s.flip_ts = s.last_ts;
+        s.epoch = epoch;
     }
-    s.epoch = ctx.arg::<u64>(0);
-    s.bins = BinCfg {
-        width_ns: ctx.arg::<u64>(1),
-        recip: ctx.arg::<u64>(2),
-        unit_shift: ctx.arg::<u64>(3),
-    };
-    s.flip_ts = now;
-    s.last_ts = now;
     0
 }
 

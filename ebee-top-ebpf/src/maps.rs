@@ -10,7 +10,7 @@ use ebee_shared::{
     lifecycle::LIFECYCLE_BYTES,
 };
 
-/// Control block: the epoch word and the burst-bin geometry.
+/// Control block: the epoch word and the next interval's burst-bin geometry.
 #[map]
 pub static CTL: Array<Ctl> = Array::with_max_entries(1, 0);
 
@@ -62,6 +62,9 @@ pub static SHADOW_ON: u32 = 0;
 pub static TRACE_ON: u32 = 0;
 #[unsafe(no_mangle)]
 pub static TASK_TGID_OFF: u32 = 0;
+/// Offset of `se.exec_start` in `task_struct`.
+#[unsafe(no_mangle)]
+pub static TASK_EXEC_START_OFF: u32 = 0;
 #[unsafe(no_mangle)]
 pub static EXIT_HAS_GROUP_DEAD: u32 = 0;
 

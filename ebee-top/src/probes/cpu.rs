@@ -1,15 +1,16 @@
-//! Draining the CPU pipeline: closing each CPU's interval with `cpu_flip`, and the merge of
-//! per-CPU sketch stages into one row per process.
+//! Draining the CPU pipeline: closing every CPU's interval, and the merge of per-CPU sketch
+//! stages into one row per process.
 //!
-//! The kernel charges each context switch's slice from the CPU's last switch (or last flip) to
-//! now, into the sketch of the interval that CPU is writing. To close an interval, userspace
-//! runs `cpu_flip` on every CPU in turn (BPF_PROG_TEST_RUN on that CPU: an IPI). It charges the
-//! running task's slice up to the flip to the old interval and opens the new one. Neither it nor
-//! `sched_switch` can interrupt the other on one CPU (the scheduler runs its tracepoint with
-//! interrupts off; the IPI handler runs with them off too), so when the last call returns, no
-//! CPU writes the old interval any more and every nanosecond is in exactly one interval, with no
-//! atomics in the switch path and no waiting.
+//! The kernel charges each context switch's slice to the interval its CPU is writing, and a
+//! CPU moves to the next interval at its first switch after the global flip (see
+//! `ebee_shared::cpu`). To close an interval, userspace flips, wakes its thread on every CPU so
+//! each one switches at once, and waits until every CPU's state shows the new epoch: from then
+//! on no CPU writes the old buffers. A CPU that has not switched by the deadline is moved by
+//! `cpu_flip`, run there by IPI. Neither can interrupt the other on one CPU, so no atomics and
+//! no retries are needed, and every nanosecond is in exactly one interval.
+
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
 use ebee_shared::{
@@ -18,6 +19,12 @@ use ebee_shared::{
 };
 
 use super::flip::Flipper;
+use super::kick::Kickers;
+
+/// Kick a CPU's thread again after this long without a switch there.
+const KICK_AGAIN: Duration = Duration::from_millis(2);
+/// Move a CPU that has not switched after this long by IPI (counted).
+const SWITCH_DEADLINE: Duration = Duration::from_millis(20);
 
 /// One process's on-CPU time in one interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -51,8 +58,8 @@ pub struct RawInterval {
     pub updates: u64,
     /// Updates the exact shadow could not store (map full).
     pub shadow_full: u64,
-    /// CPUs whose interval could not be closed (`cpu_flip` failed there): their time since
-    /// the previous flip lands in a later interval.
+    /// CPUs that did not switch by the deadline and were moved to the next interval by IPI
+    /// (their running slice goes wholly to the next interval), or could not be moved at all.
     pub handshake_timeouts: u64,
     /// Process exec/exit events that arrived during the interval.
     pub lifecycle: Vec<ebee_shared::lifecycle::LifecycleEvent>,
@@ -127,6 +134,8 @@ pub(super) struct CpuDrain {
     pending_trace: Vec<CpuTrace>,
     /// Runs `cpu_flip` on one CPU.
     flipper: Flipper,
+    /// A thread on each CPU, woken to make it switch.
+    kickers: Kickers,
     ncpus: usize,
     /// Epoch word of the interval being written.
     epoch: u64,
@@ -158,6 +167,7 @@ impl CpuDrain {
             trace: maps.trace,
             pending_trace: Vec::new(),
             flipper,
+            kickers: Kickers::start(ncpus),
             ncpus,
             epoch,
             bins,
@@ -165,19 +175,79 @@ impl CpuDrain {
         }
     }
 
-    /// Before attaching: every CPU writes interval `epoch`, and its running slice starts at
-    /// that flip, so the first switch on each CPU charges the outgoing task from there (not
-    /// from boot).
+    /// Before attaching: every CPU writes interval `epoch`. No slice is known yet (`last_ts`
+    /// 0), so each CPU's first switch only starts the clock; a kick makes it happen at once.
     pub(super) fn prime(&mut self) -> Result<(), aya::maps::MapError> {
         let st = CpuState {
             epoch: self.epoch,
-            flip_ts: ctl::flip_ns(self.epoch),
-            last_ts: ctl::flip_ns(self.epoch),
             bins: self.bins,
+            ..Default::default()
         };
         let values = aya::maps::PerCpuValues::try_from(vec![st; self.ncpus])
             .map_err(aya::maps::MapError::from)?;
         self.state.set(0, values, 0)
+    }
+
+    /// Make every CPU switch (the first kick after attaching starts each CPU's clock).
+    pub(super) fn kick_all(&self) {
+        for cpu in 0..self.ncpus {
+            self.kickers.kick(cpu);
+        }
+    }
+
+    /// Wait until every CPU writes interval `epoch`; returns how many had to be moved by IPI
+    /// (or could not be moved).
+    fn close_all(&mut self, epoch: u64) -> Result<u64, aya::maps::MapError> {
+        let start = Instant::now();
+        let mut left: Vec<usize> = (0..self.ncpus).collect();
+        let mut last_kick = start;
+        for &cpu in &left {
+            self.kickers.kick(cpu);
+        }
+        let mut moved = 0;
+        loop {
+            let states = self.state.get(&0, 0)?;
+            left.retain(|&cpu| states.get(cpu).is_some_and(|s| s.epoch != epoch));
+            if left.is_empty() {
+                return Ok(moved);
+            }
+            let now = Instant::now();
+            // CPUs without a thread have no way to switch for us: straight to the IPI.
+            let late = now.duration_since(start) > SWITCH_DEADLINE;
+            let args = CpuFlipArgs {
+                epoch,
+                bins: self.bins,
+            };
+            let mut still = Vec::new();
+            for &cpu in &left {
+                let has_thread = self.kickers.has(cpu);
+                if late || !has_thread {
+                    match self.flipper.run_on_cpu(cpu as u32, &args) {
+                        // Offline: it runs no programs and writes nothing.
+                        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
+                        // The usual way for a CPU we cannot place a thread on.
+                        Ok(()) if !has_thread => {}
+                        // Late, or not movable at all: counted.
+                        _ => moved += 1,
+                    }
+                } else {
+                    still.push(cpu);
+                }
+            }
+            left = still;
+            if left.is_empty() {
+                return Ok(moved);
+            }
+            if now.duration_since(last_kick) > KICK_AGAIN {
+                // A thread that was still awake from the last round took the kick without
+                // switching; kick again.
+                for &cpu in &left {
+                    self.kickers.kick(cpu);
+                }
+                last_kick = now;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
     }
 
     /// Set the bin geometry for the interval that starts at the next flip.
@@ -194,20 +264,9 @@ impl CpuDrain {
         let end_ns = ctl::flip_ns(new_epoch);
         let old_parity = ctl::parity(old_epoch);
 
-        // 1. Close the interval on every CPU. A CPU that is offline runs no programs; one
-        //    whose flip fails keeps writing the old parity and is counted.
-        let args = CpuFlipArgs {
-            epoch: new_epoch,
-            bins: self.bins,
-        };
-        let mut failed = 0;
-        for cpu in 0..self.ncpus {
-            match self.flipper.run_on_cpu(cpu as u32, &args) {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
-                Err(_) => failed += 1,
-            }
-        }
+        // 1. Every CPU switches to the new interval: kicked to switch now, moved by IPI if it
+        //    has not by the deadline.
+        let failed = self.close_all(new_epoch)?;
 
         // 2. The closed interval's sketches, then clear them for reuse two flips from now.
         let sketches: Vec<CpuSketch> = self.sketch.get(&old_parity, 0)?.iter().copied().collect();

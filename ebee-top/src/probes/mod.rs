@@ -8,6 +8,7 @@
 pub mod btf;
 pub mod cpu;
 mod flip;
+mod kick;
 pub mod lifecycle;
 pub mod mem;
 pub mod qos;
@@ -122,6 +123,11 @@ impl Probes {
         let tgid_off = kbtf
             .member_offset("task_struct", "tgid")
             .map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        // The scheduler's task clock as stamped into each task: `se.exec_start`.
+        let exec_start_off = kbtf
+            .member_offset("task_struct", "se")
+            .and_then(|se| Ok(se + kbtf.member_offset("sched_entity", "exec_start")?))
+            .map_err(|e| ProbeError::Unsupported(e.to_string()))?;
         for tp in [
             prog_names::SCHED_SWITCH,
             prog_names::PROCESS_EXIT,
@@ -153,6 +159,7 @@ impl Probes {
             .override_global(global_names::SHADOW_ON, &shadow_on, true)
             .override_global(global_names::TRACE_ON, &trace_on, true)
             .override_global(global_names::TASK_TGID_OFF, &tgid_off, true)
+            .override_global(global_names::TASK_EXEC_START_OFF, &exec_start_off, true)
             .override_global(
                 global_names::EXIT_HAS_GROUP_DEAD,
                 &exit_has_group_dead,
@@ -183,7 +190,7 @@ impl Probes {
             ebpf.take_map(name)
                 .ok_or_else(|| ProbeError::Other(format!("eBPF object has no map {name}")))
         };
-        let ctl: Array<MapData, Ctl> =
+        let mut ctl: Array<MapData, Ctl> =
             Array::try_from(take(map_names::CTL)?).map_err(classify("CTL map"))?;
         let state: PerCpuArray<MapData, CpuState> =
             PerCpuArray::try_from(take(map_names::CPU_STATE)?).map_err(classify("state map"))?;
@@ -264,6 +271,7 @@ impl Probes {
         let cpu_flipper = flip::Flipper::new(cpu_flip).map_err(classify("cpu_flip program fd"))?;
 
         let bins = BinCfg::for_interval(interval.as_nanos() as u64);
+        write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
         let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
         let mut cpu = cpu::CpuDrain::new(
             cpu::CpuMaps {
@@ -304,6 +312,8 @@ impl Probes {
                 .map_err(classify("rss_stat"))?;
             prog.attach().map_err(classify("rss_stat"))?;
         }
+        // Each CPU's clock starts at its first switch; make it now, not whenever it comes.
+        cpu.kick_all();
 
         // Run-time stats are best effort: without them the cost shows as unknown.
         let stats = if cfg.bpf_stats {
@@ -337,7 +347,7 @@ impl Probes {
     pub fn set_interval(&mut self, interval: Duration) -> Result<(), ProbeError> {
         self.bins = BinCfg::for_interval(interval.as_nanos() as u64);
         self.cpu.set_bins(self.bins);
-        Ok(())
+        write_bins(&mut self.ctl, self.bins).map_err(classify("writing CTL"))
     }
 
     /// Close the interval being written and return it.
@@ -449,6 +459,16 @@ impl Probes {
         }
         Ok(out)
     }
+}
+
+fn write_bins(ctl: &mut Array<MapData, Ctl>, bins: BinCfg) -> Result<(), aya::maps::MapError> {
+    // Only the bin words change here; the epoch word is the flip program's. Read-modify-write
+    // is safe because userspace is the only writer apart from `flip`, which we run ourselves.
+    let mut c = ctl.get(&0, 0)?;
+    c.bin_width_ns = bins.width_ns;
+    c.bin_recip = bins.recip;
+    c.bin_unit_shift = bins.unit_shift;
+    ctl.set(0, c, 0)
 }
 
 pub(crate) fn page_size() -> u32 {
