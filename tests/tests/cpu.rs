@@ -35,6 +35,9 @@ fn measure_busy(tick: Duration, n: usize) -> (Vec<u64>, Vec<u64>, usize) {
         std::thread::sleep(tick);
         let now = schedstat_ns(pid).unwrap();
         let raw = p.drain().unwrap();
+        // Every CPU switched to the new interval when kicked: none had to be moved by IPI
+        // (which would push a running slice into the next interval).
+        assert_eq!(raw.handshake_timeouts, 0, "CPUs moved by IPI");
         ours.push(ns_of(&raw, pid));
         truth.push(now - before);
         before = now;
