@@ -37,6 +37,8 @@ impl Kickers {
             let fd2 = Arc::clone(&fd);
             let spawned = std::thread::Builder::new()
                 .name(format!("ebee-kick/{cpu}"))
+                // It only blocks in read(): a small stack is plenty, even with hundreds of CPUs.
+                .stack_size(64 * 1024)
                 .spawn(move || {
                     let placed = pin_to(cpu);
                     let _ = tx.send(placed);
