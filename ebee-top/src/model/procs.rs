@@ -210,14 +210,11 @@ impl ProcTable {
             },
         };
         self.current.insert(p.pid, key);
-        if !self.entries.contains_key(&key) {
-            self.entries.insert(
+        if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(key) {
+            v.insert(ProcEntry {
                 key,
-                ProcEntry {
-                    key,
-                    ..Default::default()
-                },
-            );
+                ..Default::default()
+            });
             self.schedule(key);
         }
         let Some(e) = self.entries.get_mut(&key) else {
