@@ -5,7 +5,7 @@
 //!
 //! Pure, like the rest of the Model: it knows only what Batches told it.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::batch::{Batch, ProcInfo};
 
@@ -150,12 +150,18 @@ pub struct ProcTable {
     kernel_pins: Vec<ProcKey>,
     /// Live entries whose CPU% may be non-zero: charged since their last second was last seen
     /// empty. Every other live entry's CPU% is 0.
-    warm: BTreeSet<ProcKey>,
+    warm: HashSet<ProcKey>,
     /// (oldest history cell, entry) of every entry with history, to trim only what is due.
     oldest: BTreeSet<(u64, ProcKey)>,
-    /// (time it is forgotten at, entry): idle for a minute or exited for a while.
+    /// (time to look at it again, entry): when it will have been idle for a minute or exited
+    /// for a while. A charge makes that later; rather than move the entry on every charge, it
+    /// is looked at on the old time and put back (see `forget_due`), at most once a minute.
     due: BTreeSet<(u64, ProcKey)>,
     due_of: HashMap<ProcKey, u64>,
+    /// Entries made by a name alone (the memory rows' processes, say), never charged: due at
+    /// once, so they are looked at by the next `forget_due` without a place in `due`. Most
+    /// are forgotten there, every Batch brings them again.
+    fresh: Vec<ProcKey>,
     /// Entries past that time but kept by a pin (the user's, or the kernel's before any
     /// charge): checked on every Batch, there are few.
     parked: BTreeSet<ProcKey>,
@@ -215,7 +221,7 @@ impl ProcTable {
                 key,
                 ..Default::default()
             });
-            self.schedule(key);
+            self.fresh.push(key);
         }
         let Some(e) = self.entries.get_mut(&key) else {
             return key;
@@ -306,7 +312,10 @@ impl ProcTable {
                 }
                 self.charged.push(key);
                 self.warm.insert(key);
-                self.schedule(key);
+                // Already queued: the old time is earlier, the entry is put back then.
+                if !self.due_of.contains_key(&key) {
+                    self.schedule(key);
+                }
             }
         }
         for pid in &b.pinned {
@@ -385,6 +394,16 @@ impl ProcTable {
     fn forget_due(&mut self) {
         let now = self.now_ns;
         let mut check: Vec<ProcKey> = std::mem::take(&mut self.parked).into_iter().collect();
+        // The fresh ones still never charged nor exited (those are queued in `due`).
+        for k in std::mem::take(&mut self.fresh) {
+            if self
+                .entries
+                .get(&k)
+                .is_some_and(|e| e.last_charged_ns == 0 && e.exited_ns.is_none())
+            {
+                check.push(k);
+            }
+        }
         while let Some(&(at, k)) = self.due.first()
             && at <= now
         {
@@ -397,7 +416,8 @@ impl ProcTable {
                 continue;
             };
             if now < due_ns(e) {
-                // A parked entry charged again: back in the queue.
+                // Charged since it was queued (or parked), or fresh early after boot: back in
+                // the queue at its time now.
                 self.schedule(k);
                 continue;
             }
