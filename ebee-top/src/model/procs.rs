@@ -5,7 +5,7 @@
 //!
 //! Pure, like the rest of the Model: it knows only what Batches told it.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque, hash_map};
 
 use crate::batch::{Batch, ProcInfo};
 
@@ -216,7 +216,7 @@ impl ProcTable {
             },
         };
         self.current.insert(p.pid, key);
-        if let std::collections::hash_map::Entry::Vacant(v) = self.entries.entry(key) {
+        if let hash_map::Entry::Vacant(v) = self.entries.entry(key) {
             v.insert(ProcEntry {
                 key,
                 ..Default::default()
@@ -394,14 +394,27 @@ impl ProcTable {
     fn forget_due(&mut self) {
         let now = self.now_ns;
         let mut check: Vec<ProcKey> = std::mem::take(&mut self.parked).into_iter().collect();
-        // The fresh ones still never charged nor exited (those are queued in `due`).
+        // The fresh ones still never charged nor exited (the others are queued in `due`).
+        // Every Batch brings dozens (the memory rows' processes), so the common case, one
+        // forgotten at once, is done here with one lookup: it has no history, is not warm
+        // and not queued.
         for k in std::mem::take(&mut self.fresh) {
-            if self
-                .entries
-                .get(&k)
-                .is_some_and(|e| e.last_charged_ns == 0 && e.exited_ns.is_none())
-            {
+            let hash_map::Entry::Occupied(o) = self.entries.entry(k) else {
+                continue;
+            };
+            let e = o.get();
+            if e.last_charged_ns != 0 || e.exited_ns.is_some() {
+                continue;
+            }
+            if now < due_ns(e) || e.kernel_pinned || self.pins.contains(&k) {
                 check.push(k);
+                continue;
+            }
+            o.remove();
+            if let hash_map::Entry::Occupied(c) = self.current.entry(k.pid)
+                && *c.get() == k
+            {
+                c.remove();
             }
         }
         while let Some(&(at, k)) = self.due.first()
