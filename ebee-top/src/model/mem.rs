@@ -1,10 +1,12 @@
 //! Resident memory per process, folded from the Batches' `mem` rows: the last-known RSS of every
 //! process seen (a Batch carries only what changed plus the largest, see `MEM_TOP_ROWS`), the
 //! growth of the last interval, and the two rankings the screens and batch output show: by RES
-//! and by growth per second. Pure, like the rest of the Model.
+//! and by growth per second, both kept ranked as Batches arrive (see [`super::rank`]). Pure,
+//! like the rest of the Model.
 
 use std::collections::HashMap;
 
+use super::rank::Ranked;
 use crate::batch::{Batch, MemRow};
 
 /// One process in a memory ranking.
@@ -19,46 +21,48 @@ pub struct MemEntry {
     pub growth_per_s: f64,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-struct Known {
-    rss: u64,
-    delta: i64,
-    /// Seq of the batch that set `delta`.
-    seq: u64,
-}
-
-/// Last-known RSS of every process, from one stream of rows (sketch or exact).
+/// Last-known RSS of every process, from one stream of rows (sketch or exact), ranked as it
+/// arrives: each Batch touches only the processes it carries (what changed plus the top), so
+/// reading a ranking costs the rows read, not a sort of every process known.
 #[derive(Clone, Debug, Default)]
 pub struct MemView {
-    known: HashMap<u32, Known>,
-    seq: u64,
+    rss: Ranked,
+    /// This interval's changes (pid -> delta), of processes still known.
+    deltas: HashMap<u32, i64>,
+    /// Those that grew, fastest first (ties by pid).
+    growth: Vec<(u32, i64)>,
     interval_ns: u64,
 }
 
 impl MemView {
     fn ingest(&mut self, b: &Batch, rows: &[MemRow]) {
-        self.seq = b.seq;
         self.interval_ns = b.interval_ns();
+        self.deltas.clear();
         for r in rows {
-            self.known.insert(
-                r.pid,
-                Known {
-                    rss: r.rss_bytes,
-                    delta: r.rss_delta_bytes,
-                    seq: b.seq,
-                },
-            );
+            self.rss.insert(r.pid, r.rss_bytes);
+            // A row repeated in the same Batch: the last one counts, as for the RSS.
+            self.deltas.insert(r.pid, r.rss_delta_bytes);
         }
         for e in &b.exits {
-            self.known.remove(&e.pid);
+            self.rss.remove(e.pid);
+            self.deltas.remove(&e.pid);
         }
+        self.growth = self
+            .deltas
+            .iter()
+            .filter(|(_, d)| **d > 0)
+            .map(|(p, d)| (*p, *d))
+            .collect();
+        self.growth
+            .sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        self.deltas.retain(|_, d| *d != 0);
     }
 
-    fn entry(&self, pid: u32, k: &Known) -> MemEntry {
-        let delta = if k.seq == self.seq { k.delta } else { 0 };
+    fn entry(&self, pid: u32, rss: u64) -> MemEntry {
+        let delta = self.deltas.get(&pid).copied().unwrap_or(0);
         MemEntry {
             pid,
-            rss_bytes: k.rss,
+            rss_bytes: rss,
             rss_delta_bytes: delta,
             growth_per_s: if self.interval_ns == 0 {
                 0.0
@@ -68,45 +72,44 @@ impl MemView {
         }
     }
 
+    /// Every known process by resident memory, largest first (ties by pid); lazy, so taking
+    /// the first k (after a filter, say) reads only as far as needed.
+    pub fn by_rss(&self) -> impl Iterator<Item = MemEntry> + '_ {
+        self.rss.iter().map(|(p, r)| self.entry(p, r))
+    }
+
     /// The `k` processes with the most resident memory, largest first (ties by pid).
     pub fn top_rss(&self, k: usize) -> Vec<MemEntry> {
-        let mut v: Vec<MemEntry> = self.known.iter().map(|(p, e)| self.entry(*p, e)).collect();
-        v.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
-        v.truncate(k);
-        v
+        self.by_rss().take(k).collect()
+    }
+
+    /// The processes that grew in the last interval (only those), fastest first; ranked once
+    /// per Batch from that Batch's changes.
+    pub fn by_growth(&self) -> impl Iterator<Item = MemEntry> + '_ {
+        self.growth
+            .iter()
+            .map(|(p, _)| self.entry(*p, self.rss.get(*p).unwrap_or(0)))
     }
 
     /// The `k` processes that grew most in the last interval (only those that grew), fastest
     /// first.
     pub fn top_growth(&self, k: usize) -> Vec<MemEntry> {
-        let mut v: Vec<MemEntry> = self
-            .known
-            .iter()
-            .filter(|(_, e)| e.seq == self.seq && e.delta > 0)
-            .map(|(p, e)| self.entry(*p, e))
-            .collect();
-        v.sort_by(|a, b| {
-            b.rss_delta_bytes
-                .cmp(&a.rss_delta_bytes)
-                .then(a.pid.cmp(&b.pid))
-        });
-        v.truncate(k);
-        v
+        self.by_growth().take(k).collect()
     }
 
     /// Known RSS of a process.
     pub fn rss_of(&self, pid: u32) -> Option<u64> {
-        self.known.get(&pid).map(|k| k.rss)
+        self.rss.get(pid)
     }
 
     /// Processes with a known RSS.
     pub fn len(&self) -> usize {
-        self.known.len()
+        self.rss.len()
     }
 
     /// True when nothing is known.
     pub fn is_empty(&self) -> bool {
-        self.known.is_empty()
+        self.rss.is_empty()
     }
 }
 
@@ -192,6 +195,96 @@ mod tests {
         let mut m = MemModel::default();
         m.ingest(&b);
         assert!(!m.available && m.sketch.is_empty());
+    }
+
+    /// The ranking as it was computed before it was kept incrementally: every known process
+    /// collected and sorted on each call. The reference the ranked view must equal.
+    #[derive(Default)]
+    struct FullSort {
+        known: HashMap<u32, (u64, i64, u64)>,
+        seq: u64,
+        interval_ns: u64,
+    }
+
+    impl FullSort {
+        fn ingest(&mut self, b: &Batch) {
+            self.seq = b.seq;
+            self.interval_ns = b.interval_ns();
+            for r in &b.mem {
+                self.known
+                    .insert(r.pid, (r.rss_bytes, r.rss_delta_bytes, b.seq));
+            }
+            for e in &b.exits {
+                self.known.remove(&e.pid);
+            }
+        }
+
+        fn all(&self) -> Vec<MemEntry> {
+            self.known
+                .iter()
+                .map(|(&pid, &(rss, delta, seq))| {
+                    let d = if seq == self.seq { delta } else { 0 };
+                    MemEntry {
+                        pid,
+                        rss_bytes: rss,
+                        rss_delta_bytes: d,
+                        growth_per_s: d as f64 * 1e9 / self.interval_ns as f64,
+                    }
+                })
+                .collect()
+        }
+
+        fn top_rss(&self, k: usize) -> Vec<MemEntry> {
+            let mut v = self.all();
+            v.sort_by(|a, b| b.rss_bytes.cmp(&a.rss_bytes).then(a.pid.cmp(&b.pid)));
+            v.truncate(k);
+            v
+        }
+
+        fn top_growth(&self, k: usize) -> Vec<MemEntry> {
+            let mut v: Vec<MemEntry> = self
+                .all()
+                .into_iter()
+                .filter(|e| e.rss_delta_bytes > 0)
+                .collect();
+            v.sort_by(|a, b| {
+                b.rss_delta_bytes
+                    .cmp(&a.rss_delta_bytes)
+                    .then(a.pid.cmp(&b.pid))
+            });
+            v.truncate(k);
+            v
+        }
+    }
+
+    /// One Batch's memory: rows (pid, rss, delta) and exits.
+    type MemStep = (Vec<(u32, u64, i64)>, Vec<u32>);
+
+    fn step() -> impl proptest::strategy::Strategy<Value = MemStep> {
+        (
+            proptest::collection::vec((0u32..30, 0u64..6, -3i64..4), 0..12),
+            proptest::collection::vec(0u32..30, 0..3),
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rankings_equal_a_full_sort_of_every_known_process(
+            steps in proptest::collection::vec(step(), 1..40),
+            k in 0usize..40,
+        ) {
+            let mut m = MemModel::default();
+            let mut full = FullSort::default();
+            for (i, (rows, exits)) in steps.into_iter().enumerate() {
+                let mut b = batch(i as u64 + 1, &rows);
+                b.exits = exits.into_iter().map(|pid| Exit { pid, ts_ns: 0 }).collect();
+                m.ingest(&b);
+                full.ingest(&b);
+                proptest::prop_assert_eq!(m.sketch.top_rss(k), full.top_rss(k));
+                proptest::prop_assert_eq!(m.sketch.top_growth(k), full.top_growth(k));
+                proptest::prop_assert_eq!(m.sketch.len(), full.known.len());
+            }
+        }
     }
 
     #[test]

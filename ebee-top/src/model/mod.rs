@@ -4,6 +4,7 @@
 pub mod mem;
 pub mod procs;
 pub mod qos;
+pub mod rank;
 
 use std::collections::HashMap;
 
@@ -36,6 +37,9 @@ pub struct Model {
     procs: HashMap<u32, ProcInfo>,
     /// pid -> seq of the interval it exited in.
     exited: HashMap<u32, u64>,
+    /// Pids whose info came with the last Batch: with those leaving `exited`, the only names
+    /// the next Batch may forget (every other name is of an exited or memory-known process).
+    last_procs: Vec<u32>,
     /// Syscall and request QoS of pinned processes.
     pub qos: qos::QosModel,
     /// The interactive screen's process table: burst history, exited processes, pins.
@@ -54,20 +58,31 @@ impl Model {
         for e in &b.exits {
             self.exited.insert(e.pid, b.seq);
         }
-        self.exited
-            .retain(|_, seq| b.seq.saturating_sub(*seq) < EXITED_KEEP_INTERVALS);
+        // Names that may no longer be needed: the last Batch's, and those of processes that
+        // leave `exited` now (a walk of the recent exits only, not of every known process).
+        let mut forget = std::mem::take(&mut self.last_procs);
+        self.exited.retain(|pid, seq| {
+            let keep = b.seq.saturating_sub(*seq) < EXITED_KEEP_INTERVALS;
+            if !keep {
+                forget.push(*pid);
+            }
+            keep
+        });
         self.mem.ingest(b);
         // Keep names only for what can still be shown: this interval's processes, the
         // recently exited, and those with a known RSS (a memory ranking shows them while their
         // memory does not change). A pid that comes back is a new process and brings its own
-        // info.
-        let exited = &self.exited;
-        let mem = &self.mem.sketch;
-        self.procs
-            .retain(|pid, _| exited.contains_key(pid) || mem.rss_of(*pid).is_some());
+        // info. A memory-known process leaves the memory view only by exiting, and then is in
+        // `exited`: so only the pids in `forget` can have stopped being either.
+        for pid in forget {
+            if !self.exited.contains_key(&pid) && self.mem.sketch.rss_of(pid).is_none() {
+                self.procs.remove(&pid);
+            }
+        }
         for p in &b.procs {
             self.procs.insert(p.pid, p.clone());
         }
+        self.last_procs = b.procs.iter().map(|p| p.pid).collect();
         self.qos.ingest(b);
         self.table.ingest(b);
         self.latest = Some(b.clone());
@@ -183,6 +198,55 @@ mod tests {
         b.exits.push(Exit { pid: 10, ts_ns: 0 });
         m.ingest(&b);
         assert!(m.top_cpu(5)[0].exited);
+    }
+
+    /// One Batch for the names test: processes with info, memory rows, exits.
+    type NameStep = (Vec<u32>, Vec<(u32, u64)>, Vec<u32>);
+
+    proptest::proptest! {
+        /// The names kept equal those the full walk kept (every name checked on every Batch):
+        /// this interval's, the recently exited, and those with a known RSS.
+        #[test]
+        fn names_kept_equal_a_full_walk(
+            steps in proptest::collection::vec(
+                (
+                    proptest::collection::vec(0u32..25, 0..5),
+                    proptest::collection::vec((0u32..25, 1u64..5), 0..5),
+                    proptest::collection::vec(0u32..25, 0..3),
+                ),
+                1..300,
+            ),
+        ) {
+            let steps: Vec<NameStep> = steps;
+            let mut m = Model::new();
+            let mut names: HashMap<u32, ProcInfo> = HashMap::new();
+            let mut exited: HashMap<u32, u64> = HashMap::new();
+            for (i, (procs, mem, exits)) in steps.into_iter().enumerate() {
+                let seq = i as u64 + 1;
+                let mut b = batch(seq, &[]);
+                b.procs = procs
+                    .iter()
+                    .map(|&pid| ProcInfo { pid, comm: format!("p{pid}-{seq}"), ..Default::default() })
+                    .collect();
+                b.mem = mem
+                    .iter()
+                    .map(|&(pid, rss_bytes)| crate::batch::MemRow { pid, rss_bytes, rss_delta_bytes: 0 })
+                    .collect();
+                b.exits = exits.iter().map(|&pid| Exit { pid, ts_ns: 0 }).collect();
+                m.ingest(&b);
+                for e in &b.exits {
+                    exited.insert(e.pid, seq);
+                }
+                exited.retain(|_, s| seq.saturating_sub(*s) < EXITED_KEEP_INTERVALS);
+                names.retain(|p, _| exited.contains_key(p) || m.mem.sketch.rss_of(*p).is_some());
+                for p in &b.procs {
+                    names.insert(p.pid, p.clone());
+                }
+                for pid in 0..25 {
+                    proptest::prop_assert_eq!(m.proc_info(pid), names.get(&pid));
+                }
+            }
+        }
     }
 
     #[test]

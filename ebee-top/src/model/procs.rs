@@ -5,7 +5,7 @@
 //!
 //! Pure, like the rest of the Model: it knows only what Batches told it.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque, hash_map};
 
 use crate::batch::{Batch, ProcInfo};
 
@@ -141,6 +141,39 @@ pub struct ProcTable {
     anchor: Option<u64>,
     /// End of the last interval (ns) and its cell.
     now_ns: u64,
+    // What follows lets a Batch touch only the entries it concerns (charged, exited, due),
+    // not every process seen in the last minute: ebee-top's own cost must not grow with the
+    // number of processes.
+    /// Entries the last Batch charged (their `last_ns` is cleared by the next one) and those it
+    /// marked kernel-pinned.
+    charged: Vec<ProcKey>,
+    kernel_pins: Vec<ProcKey>,
+    /// Live entries whose CPU% may be non-zero: charged since their last second was last seen
+    /// empty. Every other live entry's CPU% is 0.
+    warm: HashSet<ProcKey>,
+    /// (oldest history cell, entry) of every entry with history, to trim only what is due.
+    oldest: BTreeSet<(u64, ProcKey)>,
+    /// (time to look at it again, entry): when it will have been idle for a minute or exited
+    /// for a while. A charge makes that later; rather than move the entry on every charge, it
+    /// is looked at on the old time and put back (see `forget_due`), at most once a minute.
+    due: BTreeSet<(u64, ProcKey)>,
+    due_of: HashMap<ProcKey, u64>,
+    /// Entries made by a name alone (the memory rows' processes, say), never charged: due at
+    /// once, so they are looked at by the next `forget_due` without a place in `due`. Most
+    /// are forgotten there, every Batch brings them again.
+    fresh: Vec<ProcKey>,
+    /// Entries past that time but kept by a pin (the user's, or the kernel's before any
+    /// charge): checked on every Batch, there are few.
+    parked: BTreeSet<ProcKey>,
+}
+
+/// When an unpinned entry is forgotten: a while after its exit, or a minute after it was last
+/// charged (at once, for one never charged).
+fn due_ns(e: &ProcEntry) -> u64 {
+    match e.exited_ns {
+        Some(t) => t.saturating_add(EXITED_KEEP_NS),
+        None => e.last_charged_ns.max(1).saturating_add(IDLE_FORGET_NS),
+    }
 }
 
 impl ProcTable {
@@ -170,6 +203,7 @@ impl ProcTable {
                     && e.exited_ns.is_none()
                 {
                     e.exited_ns = Some(end_ns);
+                    self.schedule(old);
                 }
                 ProcKey {
                     pid: p.pid,
@@ -182,10 +216,16 @@ impl ProcTable {
             },
         };
         self.current.insert(p.pid, key);
-        let e = self.entries.entry(key).or_insert_with(|| ProcEntry {
-            key,
-            ..Default::default()
-        });
+        if let hash_map::Entry::Vacant(v) = self.entries.entry(key) {
+            v.insert(ProcEntry {
+                key,
+                ..Default::default()
+            });
+            self.fresh.push(key);
+        }
+        let Some(e) = self.entries.get_mut(&key) else {
+            return key;
+        };
         // A name from an exit event (no start time) does not overwrite what /proc said.
         if !p.comm.is_empty() && (p.start_ticks != 0 || e.comm.is_empty()) {
             e.comm.clone_from(&p.comm);
@@ -200,8 +240,225 @@ impl ProcTable {
         key
     }
 
-    /// Fold one interval in.
+    /// Fold one interval in. Touches the entries this Batch names, those charged or pinned
+    /// by the last one, those whose CPU% is not yet back to 0, and those due to be trimmed or
+    /// forgotten: never every entry (except after the cell grid moved, see below).
     pub fn ingest(&mut self, b: &Batch) {
+        let anchor = *self.anchor.get_or_insert(b.start_ns);
+        let anchor_before = self.anchor;
+        // Keep the kernel's 10 ms bins on our cells: after an interval change the intervals
+        // start at another phase; move the grid by that fraction of a cell.
+        if b.bin_width_ns == CELL_NS {
+            let phase = b.start_ns.saturating_sub(anchor) % CELL_NS;
+            if phase > CELL_NS / 10 && phase < CELL_NS - CELL_NS / 10 {
+                self.anchor = Some(anchor + phase);
+            }
+        }
+        self.now_ns = self.now_ns.max(b.end_ns);
+        for p in &b.procs {
+            self.info_for(p, b.end_ns);
+        }
+        // Pins given by pid alone (`-p`) become pins of the process once it is known.
+        let by_pid: Vec<ProcKey> = self
+            .pins
+            .iter()
+            .filter(|k| k.start_ticks == 0)
+            .copied()
+            .collect();
+        for k in by_pid {
+            if let Some(cur) = self.current.get(&k.pid)
+                && cur.start_ticks != 0
+            {
+                self.pins.remove(&k);
+                self.pins.insert(*cur);
+            }
+        }
+        // Only the last Batch's charged and kernel-pinned entries can hold either.
+        for k in std::mem::take(&mut self.charged) {
+            if let Some(e) = self.entries.get_mut(&k)
+                && e.exited_ns.is_none()
+            {
+                e.last_ns = 0;
+            }
+        }
+        for k in std::mem::take(&mut self.kernel_pins) {
+            if let Some(e) = self.entries.get_mut(&k) {
+                e.kernel_pinned = false;
+            }
+        }
+        let interval = b.interval_ns();
+        for r in &b.cpu {
+            let key = match self.current.get(&r.pid) {
+                Some(k) => *k,
+                None => self.info_for(
+                    &ProcInfo {
+                        pid: r.pid,
+                        ..Default::default()
+                    },
+                    b.end_ns,
+                ),
+            };
+            let cells = self.spread(b, &r.bins, r.ns, interval);
+            if let Some(e) = self.entries.get_mut(&key) {
+                let had_history = !e.burst.is_empty();
+                e.last_ns = r.ns;
+                e.total_ns += r.ns;
+                e.last_charged_ns = b.end_ns;
+                for (c, ns) in cells {
+                    e.burst.add(c, ns);
+                }
+                if !had_history && let Some(&(c, _)) = e.burst.cells.front() {
+                    self.oldest.insert((c, key));
+                }
+                self.charged.push(key);
+                self.warm.insert(key);
+                // Already queued: the old time is earlier, the entry is put back then.
+                if !self.due_of.contains_key(&key) {
+                    self.schedule(key);
+                }
+            }
+        }
+        for pid in &b.pinned {
+            if let Some(k) = self.current.get(pid).copied()
+                && let Some(e) = self.entries.get_mut(&k)
+            {
+                e.kernel_pinned = true;
+                self.kernel_pins.push(k);
+            }
+        }
+        let now_cell = self.now_cell();
+        let first_kept = (now_cell + 1).saturating_sub(HISTORY_CELLS);
+        while let Some(&(c, k)) = self.oldest.first()
+            && c < first_kept
+        {
+            self.oldest.pop_first();
+            if let Some(e) = self.entries.get_mut(&k) {
+                e.burst.trim(first_kept);
+                if let Some(&(c, _)) = e.burst.cells.front() {
+                    self.oldest.insert((c, k));
+                }
+            }
+        }
+        if self.anchor != anchor_before {
+            // The grid moved back by a fraction of a cell: a cell that had left the CPU%
+            // window can be in it again. Rare (an interval change); look at every entry.
+            self.warm.extend(self.entries.keys().copied());
+        }
+        let pct_first = (now_cell + 1).saturating_sub(CPU_PCT_SPAN_NS / CELL_NS);
+        let span = CPU_PCT_SPAN_NS.min(
+            self.now_ns
+                .saturating_sub(self.anchor.unwrap_or(0))
+                .max(CELL_NS),
+        );
+        let entries = &mut self.entries;
+        self.warm.retain(|k| {
+            let Some(e) = entries.get_mut(k) else {
+                return false;
+            };
+            if e.exited_ns.is_some() {
+                // Frozen at the exit.
+                return false;
+            }
+            let sum = e.burst.sum(pct_first, now_cell);
+            e.cpu_pct = sum as f64 * 100.0 / span as f64;
+            sum != 0
+        });
+        for ex in &b.exits {
+            if let Some(k) = self.current.get(&ex.pid).copied()
+                && let Some(e) = self.entries.get_mut(&k)
+                && e.exited_ns.is_none()
+            {
+                e.exited_ns = Some(b.end_ns);
+                self.schedule(k);
+            }
+        }
+        self.forget_due();
+    }
+
+    /// (Re)place `key` in the queue of entries to forget, by its state now.
+    fn schedule(&mut self, key: ProcKey) {
+        let Some(e) = self.entries.get(&key) else {
+            return;
+        };
+        let at = due_ns(e);
+        if let Some(old) = self.due_of.insert(key, at) {
+            if old == at {
+                return;
+            }
+            self.due.remove(&(old, key));
+        }
+        self.due.insert((at, key));
+    }
+
+    /// Forget the entries whose time has come, unless a pin keeps them.
+    fn forget_due(&mut self) {
+        let now = self.now_ns;
+        let mut check: Vec<ProcKey> = std::mem::take(&mut self.parked).into_iter().collect();
+        // The fresh ones still never charged nor exited (the others are queued in `due`).
+        // Every Batch brings dozens (the memory rows' processes), so the common case, one
+        // forgotten at once, is done here with one lookup: it has no history, is not warm
+        // and not queued.
+        for k in std::mem::take(&mut self.fresh) {
+            let hash_map::Entry::Occupied(o) = self.entries.entry(k) else {
+                continue;
+            };
+            let e = o.get();
+            if e.last_charged_ns != 0 || e.exited_ns.is_some() {
+                continue;
+            }
+            if now < due_ns(e) || e.kernel_pinned || self.pins.contains(&k) {
+                check.push(k);
+                continue;
+            }
+            o.remove();
+            if let hash_map::Entry::Occupied(c) = self.current.entry(k.pid)
+                && *c.get() == k
+            {
+                c.remove();
+            }
+        }
+        while let Some(&(at, k)) = self.due.first()
+            && at <= now
+        {
+            self.due.pop_first();
+            self.due_of.remove(&k);
+            check.push(k);
+        }
+        for k in check {
+            let Some(e) = self.entries.get(&k) else {
+                continue;
+            };
+            if now < due_ns(e) {
+                // Charged since it was queued (or parked), or fresh early after boot: back in
+                // the queue at its time now.
+                self.schedule(k);
+                continue;
+            }
+            if self.pins.contains(&k)
+                || e.exited_ns.is_none() && e.last_charged_ns == 0 && e.kernel_pinned
+            {
+                self.parked.insert(k);
+                continue;
+            }
+            if let Some(e) = self.entries.remove(&k) {
+                if let Some(&(c, _)) = e.burst.cells.front() {
+                    self.oldest.remove(&(c, k));
+                }
+            }
+            self.warm.remove(&k);
+            if let Some(at) = self.due_of.remove(&k) {
+                self.due.remove(&(at, k));
+            }
+            if self.current.get(&k.pid) == Some(&k) {
+                self.current.remove(&k.pid);
+            }
+        }
+    }
+
+    /// The fold as it was before it was made incremental: every entry visited on every
+    /// Batch. The reference `ingest` must equal (tests only).
+    #[cfg(test)]
+    fn ingest_full(&mut self, b: &Batch) {
         let anchor = *self.anchor.get_or_insert(b.start_ns);
         // Keep the kernel's 10 ms bins on our cells: after an interval change the intervals
         // start at another phase; move the grid by that fraction of a cell.
@@ -644,5 +901,123 @@ mod tests {
         let d = t.by_pid(1).unwrap().burst.dense(t.now_cell(), 11);
         // The 10 ms bin lands in one whole cell, not split over two.
         assert_eq!(d.iter().filter(|v| **v == 10 * MS).count(), 2, "{d:?}");
+    }
+
+    /// One Batch of the equivalence test, in the shape proptest makes.
+    #[derive(Clone, Debug)]
+    struct Step {
+        /// Gap before the interval: 0 mostly, sometimes seconds or over a minute.
+        gap_ms: u64,
+        /// Interval length, ms, and an offset off the 10 ms grid.
+        len_ms: u64,
+        phase_ms: u64,
+        /// (pid, generation, ns, bins) charged; the generation makes the start time, so a
+        /// new one is a reused pid.
+        cpu: Vec<(u32, u64, u64, Vec<u64>)>,
+        /// Processes named without a charge (memory rows, exits): (pid, generation).
+        named: Vec<(u32, u64)>,
+        exits: Vec<u32>,
+        kernel_pinned: Vec<u32>,
+        /// Pins the user toggles before the Batch: (pid, generation).
+        toggles: Vec<(u32, u64)>,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        (
+            prop_oneof![8 => Just(0u64), 1 => Just(2_000u64), 1 => Just(61_000u64)],
+            prop_oneof![6 => Just(50u64), 1 => Just(20u64), 1 => Just(1_000u64)],
+            prop_oneof![6 => Just(0u64), 1 => 1u64..10],
+            proptest::collection::vec(
+                (
+                    0u32..12,
+                    0u64..2,
+                    0u64..60_000_000,
+                    proptest::collection::vec(0u64..10_000_000, 0..6),
+                ),
+                0..6,
+            ),
+            proptest::collection::vec((0u32..12, 0u64..2), 0..3),
+            proptest::collection::vec(0u32..12, 0..2),
+            proptest::collection::vec(0u32..12, 0..2),
+            proptest::collection::vec((0u32..12, 0u64..3), 0..2),
+        )
+            .prop_map(
+                |(gap_ms, len_ms, phase_ms, cpu, named, exits, kernel_pinned, toggles)| Step {
+                    gap_ms,
+                    len_ms,
+                    phase_ms,
+                    cpu,
+                    named,
+                    exits,
+                    kernel_pinned,
+                    toggles,
+                },
+            )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// The incremental fold leaves the same table as visiting every entry on every Batch:
+        /// charges, reused pids, exits, pins of both kinds, idle minutes, interval changes.
+        #[test]
+        fn incremental_ingest_equals_the_full_walk(
+            steps in proptest::collection::vec(step(), 1..80),
+        ) {
+            let mut fast = ProcTable::new();
+            let mut full = ProcTable::new();
+            let mut t = 1_000 * MS;
+            for (i, st) in steps.into_iter().enumerate() {
+                t += st.gap_ms * MS + st.phase_ms * MS;
+                let start = t;
+                t += st.len_ms * MS;
+                let info = |pid: u32, generation: u64| ProcInfo {
+                    pid,
+                    start_ticks: 1 + generation,
+                    comm: format!("p{pid}.{generation}"),
+                    ..Default::default()
+                };
+                let b = Batch {
+                    seq: i as u64 + 1,
+                    start_ns: start,
+                    end_ns: t,
+                    bin_width_ns: 10 * MS,
+                    cpu: st
+                        .cpu
+                        .iter()
+                        .map(|(pid, _, ns, bins)| CpuRow {
+                            pid: *pid,
+                            ns: *ns,
+                            bins: bins.clone(),
+                        })
+                        .collect(),
+                    procs: st
+                        .cpu
+                        .iter()
+                        .map(|(pid, g, _, _)| info(*pid, *g))
+                        .chain(st.named.iter().map(|(pid, g)| info(*pid, *g)))
+                        .collect(),
+                    exits: st
+                        .exits
+                        .iter()
+                        .map(|&pid| Exit { pid, ts_ns: t })
+                        .collect(),
+                    pinned: st.kernel_pinned.clone(),
+                    ..Default::default()
+                };
+                for &(pid, g) in &st.toggles {
+                    // Generation 2: a pin by pid alone (`-p`).
+                    let key = ProcKey { pid, start_ticks: if g == 2 { 0 } else { 1 + g } };
+                    fast.toggle_pin(key);
+                    full.toggle_pin(key);
+                }
+                fast.ingest(&b);
+                full.ingest_full(&b);
+                proptest::prop_assert_eq!(&fast.entries, &full.entries, "after batch {}", i + 1);
+                proptest::prop_assert_eq!(&fast.current, &full.current);
+                proptest::prop_assert_eq!(&fast.pins, &full.pins);
+                proptest::prop_assert_eq!(fast.now_cell(), full.now_cell());
+            }
+        }
     }
 }

@@ -12,6 +12,7 @@ use ebee_shared::ctl;
 use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot, MemTrace};
 
 use super::btf::Btf;
+use crate::model::rank::Ranked;
 
 /// `mm_struct`/`task_struct` offsets and `mm_counters` values for `rss_stat`, from BTF.
 /// `valid` is 0 when something is missing (the memory pipeline is then not attached).
@@ -240,17 +241,18 @@ pub struct MemChange {
     pub delta_bytes: i64,
 }
 
-/// Last-known RSS of every process. Pure: readings and exits in, rankings out.
+/// Last-known RSS of every process. Pure: readings and exits in, rankings out. Kept ranked
+/// (most processes never change), so each interval's rows cost what changed plus the top.
 #[derive(Clone, Debug, Default)]
 pub struct MemTable {
-    rss: HashMap<u32, u64>,
+    rss: Ranked,
     page_size: u64,
 }
 
 impl MemTable {
     pub fn new(page_size: u64) -> Self {
         Self {
-            rss: HashMap::new(),
+            rss: Ranked::new(),
             page_size,
         }
     }
@@ -283,20 +285,17 @@ impl MemTable {
 
     /// A process ended: forget it (its pid may be reused by a new process).
     pub fn exit(&mut self, pid: u32) {
-        self.rss.remove(&pid);
+        self.rss.remove(pid);
     }
 
     /// Known RSS of `pid`.
     pub fn get(&self, pid: u32) -> Option<u64> {
-        self.rss.get(&pid).copied()
+        self.rss.get(pid)
     }
 
     /// The `n` processes with the most RSS, largest first (ties by pid).
     pub fn top(&self, n: usize) -> Vec<(u32, u64)> {
-        let mut v: Vec<(u32, u64)> = self.rss.iter().map(|(p, b)| (*p, *b)).collect();
-        v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        v.truncate(n);
-        v
+        self.rss.top(n)
     }
 
     /// Processes known.
@@ -328,7 +327,7 @@ impl MemTable {
             .collect();
         for c in changes {
             // A process that changed and then exited in the same interval is gone.
-            if self.rss.contains_key(&c.pid) {
+            if self.rss.contains(c.pid) {
                 by.insert(
                     c.pid,
                     crate::batch::MemRow {

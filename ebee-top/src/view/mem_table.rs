@@ -55,16 +55,13 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
                     || p.cmdline.to_lowercase().contains(&needle)
             })
     };
-    // Rankings are cheap (one sort of the known processes); take enough to fill after the
-    // filter.
-    let want = if needle.is_empty() { n } else { usize::MAX };
-    let entries = if by_growth {
-        m.mem.sketch.top_growth(want)
+    // The Model keeps both rankings ready; read them in order only until the pane is full.
+    let entries: Box<dyn Iterator<Item = crate::model::mem::MemEntry>> = if by_growth {
+        Box::new(m.mem.sketch.by_growth())
     } else {
-        m.mem.sketch.top_rss(want)
+        Box::new(m.mem.sketch.by_rss())
     };
     let rows: Vec<Row> = entries
-        .iter()
         .filter(|e| matches(e.pid))
         .take(n)
         .map(|e| {
