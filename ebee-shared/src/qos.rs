@@ -21,8 +21,16 @@ pub const NR_OTHER: usize = NR_SLOTS - 1;
 pub const SYS_HISTS: usize = 32;
 /// Per-thread start slots (a power of two); a thread uses slot `tid & (THREAD_SLOTS - 1)`.
 pub const THREAD_SLOTS: u32 = 1 << 15;
-/// Connections (process, fd) the request model can follow at once (LRU).
+/// Descriptors below this number keep their request-model state in a plain array per pin slot
+/// (`QOS_FDS`, index `slot * FD_SLOTS + fd`): an inlined lookup, no helper call or hashing on
+/// the socket calls of a pinned process. Larger descriptors use the LRU hash `QOS_CONNS`.
+pub const FD_SLOTS: u32 = 1024;
+/// Connections (process, fd >= FD_SLOTS) the request model can follow at once (LRU).
 pub const CONN_ENTRIES: u32 = 16_384;
+/// Words of the pinned-process bitmap `QOS_PIN_BITS`, one bit per possible tgid: Linux's
+/// `PID_MAX_LIMIT` on 64-bit is 2^22, so 65,536 words (512 KiB). The bitmap is the first,
+/// cheap filter every syscall of every process goes through while something is pinned.
+pub const PIN_BIT_WORDS: u32 = (1 << 22) / 64;
 /// Words of the listening-port bitmap (one bit per TCP/UDP port).
 pub const PORT_WORDS: u32 = 65_536 / 64;
 
@@ -268,8 +276,8 @@ pub const CONN_IN_REQUEST: u32 = 4;
 /// [`Conn::flags`] keeps the low 16 bits of [`PinState::fd_epoch`] from this bit up.
 pub const CONN_EPOCH_SHIFT: u32 = 16;
 
-/// Request-model state of one file descriptor of a pinned process (`QOS_CONNS`, LRU hash keyed
-/// by `(tgid << 32) | fd`).
+/// Request-model state of one file descriptor of a pinned process (`QOS_FDS` for descriptors
+/// below [`FD_SLOTS`], else `QOS_CONNS`, an LRU hash keyed by `(tgid << 32) | fd`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Conn {
@@ -280,7 +288,7 @@ pub struct Conn {
     pub file: u64,
     /// End of the receive that opened the current request.
     pub start_ns: u64,
-    /// Pin generation that made the state.
+    /// Pin generation that made the state (0: none; generations start at 1).
     pub gen_: u32,
     /// Role, [`CONN_IN_REQUEST`], and the descriptor epoch ([`CONN_EPOCH_SHIFT`]).
     pub flags: u32,

@@ -112,7 +112,16 @@ pub static QOS_PIN_STATE: Array<ebee_shared::qos::PinState> =
 #[map]
 pub static QOS_CPU: PerCpuArray<ebee_shared::qos::QosCpu> = PerCpuArray::with_max_entries(1, 0);
 
-/// Request-model state per (process, fd) of pinned processes.
+/// Request-model state per (pin slot, fd) of pinned processes, for fds below `FD_SLOTS`.
+#[map]
+pub static QOS_FDS: Array<ebee_shared::qos::Conn> =
+    Array::with_max_entries(ebee_shared::qos::MAX_PINS as u32 * ebee_shared::qos::FD_SLOTS, 0);
+
+/// One bit per tgid, set for the pinned processes: the first check of every syscall.
+#[map]
+pub static QOS_PIN_BITS: Array<u64> = Array::with_max_entries(ebee_shared::qos::PIN_BIT_WORDS, 0);
+
+/// Request-model state per (process, fd) of pinned processes, for fds from `FD_SLOTS` up.
 #[map]
 pub static QOS_CONNS: LruHashMap<u64, ebee_shared::qos::Conn> =
     LruHashMap::with_max_entries(ebee_shared::qos::CONN_ENTRIES, 0);

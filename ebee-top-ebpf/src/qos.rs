@@ -2,8 +2,9 @@
 //! syscalls of pinned processes only. Userspace attaches them when the first process is pinned
 //! and detaches them when the last pin goes, so with nothing pinned no syscall pays anything.
 //!
-//! Every other process pays the pin check: one helper call for the tgid and eight compares
-//! against the pin table, which sits in one cache line.
+//! Every other process pays the pin check: one helper call for the tgid and one bit of a
+//! bitmap indexed by tgid (an inlined array lookup). Only a set bit goes on to the pin table
+//! (eight compares in one cache line) for the slot and generation.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
@@ -13,21 +14,29 @@ use aya_ebpf::{
 use ebee_shared::{
     ctl,
     qos::{
-        self, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, MAX_PINS, NR_OTHER, NR_SLOTS, PinStat,
-        ROLE_MASK, ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, SYS_HISTS, THREAD_SLOTS, nr,
-        pin_entry,
+        self, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, FD_SLOTS, MAX_PINS, NR_OTHER, NR_SLOTS,
+        PIN_BIT_WORDS, PinStat, ROLE_MASK, ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, SYS_HISTS,
+        THREAD_SLOTS, nr, pin_entry,
     },
 };
 
 use crate::maps::{
-    CTL, QOS_CONNS, QOS_CPU, QOS_HIST, QOS_HIST_IDX, QOS_OFFSETS, QOS_PIN, QOS_PIN_STATE, QOS_PINS,
-    QOS_PORTS, QOS_SYS, QOS_THREADS,
+    CTL, QOS_CONNS, QOS_CPU, QOS_FDS, QOS_HIST, QOS_HIST_IDX, QOS_OFFSETS, QOS_PIN, QOS_PIN_BITS,
+    QOS_PIN_STATE, QOS_PINS, QOS_PORTS, QOS_SYS, QOS_THREADS,
 };
-use crate::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add};
+use crate::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add, store_release_x86};
 
 /// The pin slot and generation of `tgid`, if it is pinned.
 #[inline(always)]
 fn pinned(tgid: u32) -> Option<(u32, u32)> {
+    // The bitmap first: every syscall of every process comes here, and for all but the
+    // pinned ones one word and one bit settle it. A bit set for a pin being removed only
+    // sends the call on to the table, which is the truth.
+    let w = QOS_PIN_BITS.get_ptr((tgid >> 6) & (PIN_BIT_WORDS - 1))?;
+    // SAFETY: a valid array value; userspace rewrites it while programs run.
+    if unsafe { core::ptr::read_volatile(w) } & (1u64 << (tgid & 63)) == 0 {
+        return None;
+    }
     let t = QOS_PINS.get_ptr(0)?;
     let mut i = 0;
     while i < MAX_PINS {
@@ -91,7 +100,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
     // Mark this CPU busy before reading the epoch (a full barrier), as the CPU pipeline does:
     // userspace waits for the mark to clear before it reads the interval it just closed.
     // SAFETY: this CPU's value of a per-CPU array; the program does not nest on one CPU.
-    unsafe { atomic_fetch_add(&raw mut (*cpu).seq, 1) };
+    let seq = unsafe { atomic_fetch_add(&raw mut (*cpu).seq, 1) };
     // Check the pin again now that this CPU is marked: userspace clears a slot's data only
     // after removing the pin and waiting for every marked CPU, so a run that passed the first
     // check just before the removal must not write into the slot's next owner.
@@ -99,8 +108,12 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
         // SAFETY: called by the kernel with the sys_exit arguments (regs, ret).
         unsafe { exit_body(&ctx, pid_tgid, tgid, slot, gen_) };
     }
+    // Clear the mark. Only this CPU writes it (the kernel does not run a program again on a
+    // CPU where it is running), so a plain store after the body's writes suffices on x86-64,
+    // whose stores are seen in order: no second locked instruction. (QoS is x86-64 only:
+    // userspace refuses to pin on other architectures.)
     // SAFETY: as above.
-    unsafe { atomic_fetch_add(&raw mut (*cpu).seq, 1) };
+    unsafe { store_release_x86(&raw mut (*cpu).seq, seq.wrapping_add(2)) };
     0
 }
 
@@ -157,7 +170,8 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         // construction.
         unsafe { atomic_add32(&raw mut (*t).h[h].buckets[b], 1) };
     }
-    if qos_offsets().valid == 0 {
+    // SAFETY: a valid static; volatile only stops the compiler from folding the default in.
+    if unsafe { core::ptr::read_volatile(&raw const QOS_OFFSETS.valid) } == 0 {
         return;
     }
     let ret: i64 = ctx.arg(1);
@@ -194,12 +208,10 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         nr::CLOSE if ret != -9 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            let _ = QOS_CONNS.remove(conn_key(tgid, fd));
+            conn_drop(tgid, slot, fd);
         }
         // The new descriptor replaced whatever that number held.
-        nr::DUP2 | nr::DUP3 if ret >= 0 => {
-            let _ = QOS_CONNS.remove(conn_key(tgid, ret as u32));
-        }
+        nr::DUP2 | nr::DUP3 if ret >= 0 => conn_drop(tgid, slot, ret as u32),
         nr::CLOSE_RANGE | nr::EXECVE | nr::EXECVEAT if ret == 0 => {
             if let Some(st) = QOS_PIN_STATE.get_ptr_mut(slot) {
                 // SAFETY: a valid array value.
@@ -265,6 +277,47 @@ fn qos_offsets() -> ebee_shared::qos::Offsets {
 #[inline(always)]
 fn conn_key(tgid: u32, fd: u32) -> u64 {
     ((tgid as u64) << 32) | fd as u64
+}
+
+/// The request-model state of descriptor `fd` of the process in pin slot `slot`, if any
+/// (whatever its generation and epoch: the caller checks them). Small descriptors live in the
+/// slot's row of `QOS_FDS`, an inlined array lookup; the rest in the `QOS_CONNS` hash.
+#[inline(always)]
+fn conn_get(tgid: u32, slot: u32, fd: u32) -> Option<*mut Conn> {
+    if fd < FD_SLOTS {
+        QOS_FDS.get_ptr_mut((slot & (MAX_PINS as u32 - 1)) * FD_SLOTS + fd)
+    } else {
+        QOS_CONNS.get_ptr_mut(conn_key(tgid, fd))
+    }
+}
+
+/// Store `c` as the state of descriptor `fd`; false when the hash had no room.
+#[inline(always)]
+fn conn_put(tgid: u32, slot: u32, fd: u32, c: Conn) -> bool {
+    if fd < FD_SLOTS {
+        let Some(p) = conn_get(tgid, slot, fd) else {
+            return false;
+        };
+        // SAFETY: a valid array value; only threads of this process touch its row.
+        unsafe { *p = c };
+        true
+    } else {
+        QOS_CONNS.insert(conn_key(tgid, fd), c, 0).is_ok()
+    }
+}
+
+/// Forget descriptor `fd` (closed, or replaced by dup2/dup3).
+#[inline(always)]
+fn conn_drop(tgid: u32, slot: u32, fd: u32) {
+    if fd < FD_SLOTS {
+        if let Some(p) = conn_get(tgid, slot, fd) {
+            // SAFETY: a valid array value; generation 0 is never a pin's, so the state is
+            // ignored until the descriptor is seen again.
+            unsafe { (*p).gen_ = 0 };
+        }
+    } else {
+        let _ = QOS_CONNS.remove(conn_key(tgid, fd));
+    }
 }
 
 /// Read a kernel value of type `T` at `base + off`; None for a null base or a fault.
@@ -352,7 +405,7 @@ fn new_conn(tgid: u32, fd: u32, slot: u32, gen_: u32, role: u32, pin: *mut PinSt
         gen_,
         flags: role | epoch_bits(slot),
     };
-    if QOS_CONNS.insert(conn_key(tgid, fd), c, 0).is_err() {
+    if !conn_put(tgid, slot, fd, c) {
         // SAFETY: a valid array value.
         unsafe { atomic_add(&raw mut (*pin).conn_full, 1) };
     }
@@ -379,10 +432,9 @@ fn epoch_bits(slot: u32) -> u32 {
 /// walk and the socket classification.
 #[inline(always)]
 fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pin: *mut PinStat) {
-    let key = conn_key(tgid, fd);
     let epoch = epoch_bits(slot);
-    let c = match QOS_CONNS.get_ptr_mut(key) {
-        // SAFETY: a valid hash value; only threads of this process touch its keys.
+    let c = match conn_get(tgid, slot, fd) {
+        // SAFETY: a valid map value; only threads of this process touch its keys.
         Some(c)
             if unsafe {
                 (*c).gen_ == gen_ && ((*c).flags >> CONN_EPOCH_SHIFT) << CONN_EPOCH_SHIFT == epoch
@@ -402,12 +454,12 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
                 gen_,
                 flags: classify(file) | epoch,
             };
-            if QOS_CONNS.insert(key, fresh, 0).is_err() {
+            if !conn_put(tgid, slot, fd, fresh) {
                 // SAFETY: a valid array value.
                 unsafe { atomic_add(&raw mut (*pin).conn_full, 1) };
                 return;
             }
-            match QOS_CONNS.get_ptr_mut(key) {
+            match conn_get(tgid, slot, fd) {
                 Some(c) => c,
                 None => return,
             }

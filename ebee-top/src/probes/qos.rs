@@ -18,8 +18,8 @@ use aya::{
 use ebee_shared::{
     prog_names,
     qos::{
-        BUCKETS, HistIdx, HistTable, MAX_PINS, NR_SLOTS, Offsets, PORT_WORDS, PinStat, PinState,
-        PinTable, QosCpu, SYS_HISTS, SysStat, SysTable, pin_entry,
+        BUCKETS, HistIdx, HistTable, MAX_PINS, NR_SLOTS, Offsets, PIN_BIT_WORDS, PORT_WORDS,
+        PinStat, PinState, PinTable, QosCpu, SYS_HISTS, SysStat, SysTable, pin_entry,
     },
 };
 
@@ -148,6 +148,10 @@ fn assert_len<V, T>(n: usize) -> io::Result<()> {
 /// Userspace state of the QoS pipeline.
 pub(super) struct QosProbes {
     table: Array<MapData, PinTable>,
+    /// The kernel's first filter: one bit per tgid, set for the pinned processes.
+    pin_bits: Array<MapData, u64>,
+    /// Nonzero words of `pin_bits` as last written, by index.
+    bit_words: std::collections::BTreeMap<u32, u64>,
     sys: RawArray,
     hist: RawArray,
     hist_idx: RawArray,
@@ -221,6 +225,7 @@ impl QosProbes {
     ) -> Result<Self, ProbeError> {
         use ebee_shared::map_names as n;
         let table = take(ebpf, n::QOS_PINS, Array::try_from)?;
+        let pin_bits = take(ebpf, n::QOS_PIN_BITS, Array::try_from)?;
         let sys = raw(ebpf, n::QOS_SYS)?;
         let hist = raw(ebpf, n::QOS_HIST)?;
         let hist_idx = raw(ebpf, n::QOS_HIST_IDX)?;
@@ -238,6 +243,8 @@ impl QosProbes {
         }
         Ok(Self {
             table,
+            pin_bits,
+            bit_words: Default::default(),
             sys,
             hist,
             hist_idx,
@@ -390,14 +397,32 @@ impl QosProbes {
 
     fn write_table(&mut self) -> Result<(), ProbeError> {
         let mut t = PinTable::default();
+        let mut words = std::collections::BTreeMap::<u32, u64>::new();
         for (i, s) in self.slots.iter().enumerate() {
             if let SlotState::Pinned { pid, gen_ } = *s {
                 t.pins[i] = pin_entry(pid, gen_);
+                *words.entry((pid >> 6) & (PIN_BIT_WORDS - 1)).or_default() |= 1 << (pid & 63);
+            }
+        }
+        // The bitmap only filters: the table decides. So new bits go in before the table
+        // (a new pin is seen from its first syscall after the table write), old ones come
+        // out after it.
+        for (&i, &w) in &words {
+            let old = self.bit_words.get(&i).copied().unwrap_or(0);
+            if w & !old != 0 {
+                self.pin_bits.set(i, w | old, 0).map_err(classify("writing QOS_PIN_BITS"))?;
             }
         }
         self.table
             .set(0, t, 0)
             .map_err(classify("writing QOS_PINS"))?;
+        for (&i, &old) in &self.bit_words {
+            let w = words.get(&i).copied().unwrap_or(0);
+            if w != old {
+                self.pin_bits.set(i, w, 0).map_err(classify("writing QOS_PIN_BITS"))?;
+            }
+        }
+        self.bit_words = words;
         // Order the table write before any later read of the per-CPU marks (see drain).
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
