@@ -83,10 +83,11 @@ pub static QOS_PINS: Array<ebee_shared::qos::PinTable> = Array::with_max_entries
 pub static QOS_THREADS: Array<ebee_shared::qos::ThreadSlot> =
     Array::with_max_entries(ebee_shared::qos::THREAD_SLOTS, 0);
 
-/// Per interval parity and pin slot: count, total and maximum latency per syscall number.
+/// Per interval parity and pin slot: count, total and maximum latency per syscall number, per
+/// CPU (plain adds instead of locked ones; userspace sums the CPUs).
 #[map]
-pub static QOS_SYS: Array<ebee_shared::qos::SysTable> =
-    Array::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
+pub static QOS_SYS: PerCpuArray<ebee_shared::qos::SysTable> =
+    PerCpuArray::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
 
 /// Per interval parity and pin slot: syscall latency histograms.
 #[map]
@@ -98,10 +99,10 @@ pub static QOS_HIST: Array<ebee_shared::qos::HistTable> =
 pub static QOS_HIST_IDX: Array<ebee_shared::qos::HistIdx> =
     Array::with_max_entries(ebee_shared::qos::MAX_PINS as u32, 0);
 
-/// Per interval parity and pin slot: requests and losses.
+/// Per interval parity and pin slot: requests and losses, per CPU (as `QOS_SYS`).
 #[map]
-pub static QOS_PIN: Array<ebee_shared::qos::PinStat> =
-    Array::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
+pub static QOS_PIN: PerCpuArray<ebee_shared::qos::PinStat> =
+    PerCpuArray::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
 
 /// Per pin slot: histogram allocation.
 #[map]

@@ -137,8 +137,8 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
     // SAFETY: a valid array value (see sys_enter).
     let (start, stid, tag) = unsafe { ((*ts).start_ns, (*ts).tid, (*ts).tag) };
     if stid != tid || tag == 0 || qos::tag_gen(tag) != gen_ & 0xffff || start > now {
-        // SAFETY: a valid array value; the counter is shared by all CPUs.
-        unsafe { atomic_add(&raw mut (*pin).unmatched, 1) };
+        // SAFETY: this CPU's copy of a per-CPU array value: plain adds.
+        unsafe { (*pin).unmatched += 1 };
         return;
     }
     // SAFETY: as above; the syscall is closed.
@@ -151,13 +151,13 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         NR_OTHER
     } & (NR_SLOTS - 1);
     if let Some(t) = QOS_SYS.get_ptr_mut(base) {
-        // SAFETY: a valid array value; `nrs` is below NR_SLOTS. Counters are shared by all
-        // CPUs, so atomic adds. The maximum is a plain compare-and-store: a race may keep the
-        // smaller of two values.
+        // SAFETY: this CPU's copy of a per-CPU array value (no other CPU writes it and the
+        // program does not nest on one CPU, so plain adds: no locked instruction); `nrs` is
+        // below NR_SLOTS.
         unsafe {
             let s = &raw mut (*t).nr[nrs];
-            atomic_add(&raw mut (*s).count, 1);
-            atomic_add(&raw mut (*s).total_ns, lat);
+            (*s).count += 1;
+            (*s).total_ns += lat;
             if lat > (*s).max_ns {
                 (*s).max_ns = lat;
             }
@@ -190,8 +190,8 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         }
         nr::ACCEPT | nr::ACCEPT4 if ret >= 0 => {
             new_conn(tgid, ret as u32, slot, gen_, ROLE_SERVER, pin);
-            // SAFETY: a valid array value.
-            unsafe { atomic_add(&raw mut (*pin).accepts, 1) };
+            // SAFETY: this CPU's copy of a per-CPU array value.
+            unsafe { (*pin).accepts += 1 };
         }
         // 0, or -EINPROGRESS for a non-blocking connect.
         nr::CONNECT if ret == 0 || ret == -115 => {
@@ -241,8 +241,8 @@ fn hist_of(slot: u32, nrs: usize, pin: *mut PinStat) -> usize {
     // SAFETY: a valid array value; the counter only grows until userspace resets the slot.
     let n = unsafe { atomic_fetch_add(&raw mut (*st).next_hist, 1) } + 1;
     if n >= SYS_HISTS as u64 {
-        // SAFETY: a valid array value.
-        unsafe { atomic_add(&raw mut (*pin).hist_full, 1) };
+        // SAFETY: this CPU's copy of a per-CPU array value.
+        unsafe { (*pin).hist_full += 1 };
         return 0;
     }
     // Another CPU may have handed one out for the same syscall meanwhile: keep the first.
@@ -406,8 +406,8 @@ fn new_conn(tgid: u32, fd: u32, slot: u32, gen_: u32, role: u32, pin: *mut PinSt
         flags: role | epoch_bits(slot),
     };
     if !conn_put(tgid, slot, fd, c) {
-        // SAFETY: a valid array value.
-        unsafe { atomic_add(&raw mut (*pin).conn_full, 1) };
+        // SAFETY: this CPU's copy of a per-CPU array value.
+        unsafe { (*pin).conn_full += 1 };
     }
 }
 
@@ -455,8 +455,8 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
                 flags: classify(file) | epoch,
             };
             if !conn_put(tgid, slot, fd, fresh) {
-                // SAFETY: a valid array value.
-                unsafe { atomic_add(&raw mut (*pin).conn_full, 1) };
+                // SAFETY: this CPU's copy of a per-CPU array value.
+                unsafe { (*pin).conn_full += 1 };
                 return;
             }
             match conn_get(tgid, slot, fd) {
@@ -470,15 +470,15 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
     match c.flags & ROLE_MASK {
         ROLE_SERVER => {}
         ROLE_OTHER => {
-            // SAFETY: a valid array value.
-            unsafe { atomic_add(&raw mut (*pin).other_sock_io, 1) };
+            // SAFETY: this CPU's copy of a per-CPU array value.
+            unsafe { (*pin).other_sock_io += 1 };
             return;
         }
         _ => return,
     }
     if !send {
-        // SAFETY: a valid array value.
-        unsafe { atomic_add(&raw mut (*pin).recvs, 1) };
+        // SAFETY: this CPU's copy of a per-CPU array value.
+        unsafe { (*pin).recvs += 1 };
         if c.flags & CONN_IN_REQUEST == 0 {
             c.start_ns = now;
             c.flags |= CONN_IN_REQUEST;
@@ -486,21 +486,22 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
         return;
     }
     if c.flags & CONN_IN_REQUEST == 0 {
-        // SAFETY: a valid array value.
-        unsafe { atomic_add(&raw mut (*pin).sends_idle, 1) };
+        // SAFETY: this CPU's copy of a per-CPU array value.
+        unsafe { (*pin).sends_idle += 1 };
         return;
     }
     c.flags &= !CONN_IN_REQUEST;
     let lat = now.saturating_sub(c.start_ns);
     let b = qos::bucket(lat);
-    // SAFETY: a valid array value; `b` is below BUCKETS by construction.
+    // SAFETY: this CPU's copy of a per-CPU array value; `b` is below BUCKETS by
+    // construction.
     unsafe {
-        atomic_add(&raw mut (*pin).requests, 1);
-        atomic_add(&raw mut (*pin).req_total_ns, lat);
+        (*pin).requests += 1;
+        (*pin).req_total_ns += lat;
         if lat > (*pin).req_max_ns {
             (*pin).req_max_ns = lat;
         }
-        atomic_add32(&raw mut (*pin).req_hist.buckets[b], 1);
+        (*pin).req_hist.buckets[b] += 1;
     }
 }
 
