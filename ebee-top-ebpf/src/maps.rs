@@ -115,8 +115,10 @@ pub static QOS_CPU: PerCpuArray<ebee_shared::qos::QosCpu> = PerCpuArray::with_ma
 
 /// Request-model state per (pin slot, fd) of pinned processes, for fds below `FD_SLOTS`.
 #[map]
-pub static QOS_FDS: Array<ebee_shared::qos::Conn> =
-    Array::with_max_entries(ebee_shared::qos::MAX_PINS as u32 * ebee_shared::qos::FD_SLOTS, 0);
+pub static QOS_FDS: Array<ebee_shared::qos::Conn> = Array::with_max_entries(
+    ebee_shared::qos::MAX_PINS as u32 * ebee_shared::qos::FD_SLOTS,
+    0,
+);
 
 /// One bit per tgid, set for the pinned processes: the first check of every syscall.
 #[map]

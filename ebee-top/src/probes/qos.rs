@@ -270,8 +270,8 @@ impl QosProbes {
         use ebee_shared::map_names as n;
         let table = take(ebpf, n::QOS_PINS, Array::try_from)?;
         let pin_bits = take(ebpf, n::QOS_PIN_BITS, Array::try_from)?;
-        let ncpus = aya::util::nr_cpus()
-            .map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
+        let ncpus =
+            aya::util::nr_cpus().map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
         let sys = raw(ebpf, n::QOS_SYS, ncpus)?;
         let hist = raw(ebpf, n::QOS_HIST, ncpus)?;
         let hist_idx = raw(ebpf, n::QOS_HIST_IDX, ncpus)?;
@@ -456,7 +456,9 @@ impl QosProbes {
         for (&i, &w) in &words {
             let old = self.bit_words.get(&i).copied().unwrap_or(0);
             if w & !old != 0 {
-                self.pin_bits.set(i, w | old, 0).map_err(classify("writing QOS_PIN_BITS"))?;
+                self.pin_bits
+                    .set(i, w | old, 0)
+                    .map_err(classify("writing QOS_PIN_BITS"))?;
             }
         }
         self.table
@@ -465,7 +467,9 @@ impl QosProbes {
         for (&i, &old) in &self.bit_words {
             let w = words.get(&i).copied().unwrap_or(0);
             if w != old {
-                self.pin_bits.set(i, w, 0).map_err(classify("writing QOS_PIN_BITS"))?;
+                self.pin_bits
+                    .set(i, w, 0)
+                    .map_err(classify("writing QOS_PIN_BITS"))?;
             }
         }
         self.bit_words = words;
