@@ -27,6 +27,28 @@ pub const THREAD_SLOTS: u32 = 1 << 15;
 pub const FD_SLOTS: u32 = 1024;
 /// Connections (process, fd >= FD_SLOTS) the request model can follow at once (LRU).
 pub const CONN_ENTRIES: u32 = 16_384;
+/// Bytes of the open-syscall filter `QOS_OPEN` (one value of [`OpenStacks`], a power of two).
+pub const OPEN_SLOTS: usize = 1 << 15;
+
+/// Which kernel stacks have had a pinned syscall: `sys_enter` sets byte
+/// [`open_slot`]`(regs)` of a pinned thread (its `struct pt_regs` sits at the top of its
+/// kernel stack, so the pointer names the thread without a helper call), and `sys_exit` of any
+/// thread whose byte is 0 returns at once: no helper call, no pin check. A byte set by another
+/// stack that hashes alike only sends that thread down the full check. Cleared by userspace
+/// when the hooks are detached (the bytes of exited pinned threads stay set until then).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OpenStacks {
+    pub b: [u8; OPEN_SLOTS],
+}
+
+/// Byte of [`OpenStacks`] for the `struct pt_regs` address of a thread. Kernel stacks are
+/// 16 KiB-aligned, so the low 14 bits carry nothing.
+#[inline(always)]
+pub const fn open_slot(regs: u64) -> usize {
+    (((regs >> 14) ^ (regs >> 29)) as usize) & (OPEN_SLOTS - 1)
+}
+
 /// Words of the pinned-process bitmap `QOS_PIN_BITS`, one bit per possible tgid: Linux's
 /// `PID_MAX_LIMIT` on 64-bit is 2^22, so 65,536 words (512 KiB). The bitmap is the first,
 /// cheap filter every syscall of every process goes through while something is pinned.
@@ -354,6 +376,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<Conn>(), 24);
         assert_eq!(core::mem::size_of::<PinTable>(), 8 * MAX_PINS);
         assert_eq!(core::mem::size_of::<Offsets>(), 48);
+        assert_eq!(core::mem::size_of::<OpenStacks>(), OPEN_SLOTS);
+        assert!(OPEN_SLOTS.is_power_of_two());
         assert_eq!(core::mem::size_of::<SysTable>(), 24 * NR_SLOTS);
         assert_eq!(core::mem::size_of::<HistTable>(), 4 * BUCKETS * SYS_HISTS);
         assert_eq!(core::mem::size_of::<HistIdx>(), 8 * NR_SLOTS);

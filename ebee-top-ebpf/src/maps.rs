@@ -120,7 +120,12 @@ pub static QOS_FDS: Array<ebee_shared::qos::Conn> = Array::with_max_entries(
     0,
 );
 
-/// One bit per tgid, set for the pinned processes: the first check of every syscall.
+/// Kernel stacks that have had a pinned syscall (`ebee_shared::qos::OpenStacks`): the first
+/// check of every `sys_exit`.
+#[map]
+pub static QOS_OPEN: Array<ebee_shared::qos::OpenStacks> = Array::with_max_entries(1, 0);
+
+/// One bit per tgid, set for the pinned processes: the first check of every `sys_enter`.
 #[map]
 pub static QOS_PIN_BITS: Array<u64> = Array::with_max_entries(ebee_shared::qos::PIN_BIT_WORDS, 0);
 

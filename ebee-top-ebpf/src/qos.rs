@@ -15,14 +15,14 @@ use ebee_shared::{
     ctl,
     qos::{
         self, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, FD_SLOTS, MAX_PINS, NR_OTHER, NR_SLOTS,
-        PIN_BIT_WORDS, PinStat, ROLE_MASK, ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, SYS_HISTS,
-        THREAD_SLOTS, nr, pin_entry,
+        OPEN_SLOTS, PIN_BIT_WORDS, PinStat, ROLE_MASK, ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER,
+        SYS_HISTS, THREAD_SLOTS, nr, pin_entry,
     },
 };
 
 use crate::maps::{
-    CTL, QOS_CONNS, QOS_CPU, QOS_FDS, QOS_HIST, QOS_HIST_IDX, QOS_OFFSETS, QOS_PIN, QOS_PIN_BITS,
-    QOS_PIN_STATE, QOS_PINS, QOS_PORTS, QOS_SYS, QOS_THREADS,
+    CTL, QOS_CONNS, QOS_CPU, QOS_FDS, QOS_HIST, QOS_HIST_IDX, QOS_OFFSETS, QOS_OPEN, QOS_PIN,
+    QOS_PIN_BITS, QOS_PIN_STATE, QOS_PINS, QOS_PORTS, QOS_SYS, QOS_THREADS,
 };
 use crate::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add, store_release_x86};
 
@@ -51,6 +51,32 @@ fn pinned(tgid: u32) -> Option<(u32, u32)> {
     None
 }
 
+/// The open-syscall filter byte of the thread whose `struct pt_regs` is at `regs`.
+#[inline(always)]
+fn open_byte(regs: u64) -> Option<*mut u8> {
+    let t = QOS_OPEN.get_ptr_mut(0)?;
+    // The verifier forbids shifts and masks on a pointer but, for a privileged program, turns
+    // the difference of two pointers into a plain number: `regs` minus the (fixed) address
+    // of this map value names the stack just as well. The subtraction is written out so the
+    // compiler cannot fold it into the shifts.
+    let mut d = regs;
+    // SAFETY: register arithmetic only.
+    unsafe {
+        core::arch::asm!(
+            "{d} -= {t}",
+            d = inout(reg) d,
+            t = in(reg) t as u64,
+            options(pure, nomem, nostack),
+        )
+    };
+    // SAFETY: `t` is the array's one value; the index is masked below OPEN_SLOTS.
+    Some(unsafe {
+        (&raw mut (*t).b)
+            .cast::<u8>()
+            .add(qos::open_slot(d) & (OPEN_SLOTS - 1))
+    })
+}
+
 /// The pin table entry of `slot`, read again.
 #[inline(always)]
 fn pinned_at(slot: u32) -> Option<u64> {
@@ -67,6 +93,15 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
     };
     let tid = pid_tgid as u32;
     let id: i64 = ctx.arg(1);
+    let regs: u64 = ctx.arg(0);
+    if let Some(o) = open_byte(regs) {
+        // SAFETY: a valid array value. Written once per stack, so the line stays shared.
+        unsafe {
+            if core::ptr::read_volatile(o) == 0 {
+                core::ptr::write_volatile(o, 1);
+            }
+        }
+    }
     let Some(ts) = QOS_THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1)) else {
         return 0;
     };
@@ -89,6 +124,15 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sys_exit")]
 pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
+    // A thread whose stack never had a pinned syscall returns here, before any helper call:
+    // the sys_enter of every pinned syscall set this byte (the same thread has the same
+    // `regs` at both ends). A syscall begun before the pin is not seen at all.
+    let regs: u64 = ctx.arg(0);
+    match open_byte(regs) {
+        // SAFETY: a valid array value.
+        Some(o) if unsafe { core::ptr::read_volatile(o) } != 0 => {}
+        _ => return 0,
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let Some((slot, gen_)) = pinned(tgid) else {

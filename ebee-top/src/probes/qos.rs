@@ -18,8 +18,9 @@ use aya::{
 use ebee_shared::{
     prog_names,
     qos::{
-        BUCKETS, HistIdx, HistTable, MAX_PINS, NR_SLOTS, Offsets, PIN_BIT_WORDS, PORT_WORDS,
-        PinStat, PinState, PinTable, QosCpu, SYS_HISTS, SysStat, SysTable, pin_entry,
+        BUCKETS, HistIdx, HistTable, MAX_PINS, NR_SLOTS, OPEN_SLOTS, Offsets, OpenStacks,
+        PIN_BIT_WORDS, PORT_WORDS, PinStat, PinState, PinTable, QosCpu, SYS_HISTS, SysStat,
+        SysTable, pin_entry,
     },
 };
 
@@ -162,6 +163,7 @@ pub(super) struct QosProbes {
     hist_idx: RawArray,
     pin: RawArray,
     pin_state: Array<MapData, PinState>,
+    open: RawArray,
     cpu: PerCpuArray<MapData, QosCpu>,
     ports: Array<MapData, u64>,
     slots: [SlotState; MAX_PINS],
@@ -277,6 +279,7 @@ impl QosProbes {
         let hist_idx = raw(ebpf, n::QOS_HIST_IDX, ncpus)?;
         let pin = raw(ebpf, n::QOS_PIN, ncpus)?;
         let pin_state = take(ebpf, n::QOS_PIN_STATE, Array::try_from)?;
+        let open = raw(ebpf, n::QOS_OPEN, ncpus)?;
         let cpu = take(ebpf, n::QOS_CPU, PerCpuArray::try_from)?;
         let ports = take(ebpf, n::QOS_PORTS, Array::try_from)?;
         for name in [prog_names::SYS_ENTER, prog_names::SYS_EXIT] {
@@ -296,6 +299,7 @@ impl QosProbes {
             hist_idx,
             pin,
             pin_state,
+            open,
             cpu,
             ports,
             slots: [SlotState::Free; MAX_PINS],
@@ -501,6 +505,11 @@ impl QosProbes {
             (false, true) => {
                 // Dropping the links detaches the programs; they stay loaded for the next pin.
                 self.links = None;
+                // No program runs now: forget which stacks had pinned syscalls, so the next
+                // pins start with a clean filter.
+                self.open
+                    .write::<OpenStacks, _>(0, &vec![0u8; OPEN_SLOTS])
+                    .map_err(classify("clearing QOS_OPEN"))?;
             }
             _ => {}
         }
