@@ -2,9 +2,11 @@
 //! syscalls of pinned processes only. Userspace attaches them when the first process is pinned
 //! and detaches them when the last pin goes, so with nothing pinned no syscall pays anything.
 //!
-//! Every other process pays the pin check: one helper call for the tgid and one bit of a
-//! bitmap indexed by tgid (an inlined array lookup). Only a set bit goes on to the pin table
-//! (eight compares in one cache line) for the slot and generation.
+//! Every other process pays the pin check. At `sys_enter`: one helper call for the tgid and
+//! one bit of a bitmap indexed by tgid (an inlined array lookup); only a set bit goes on to
+//! the pin table (eight compares in one cache line) for the slot and generation. At
+//! `sys_exit`: one byte chosen by the thread's `pt_regs` address (its kernel stack), set by
+//! the `sys_enter` of pinned threads, and no helper call when it is 0.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
