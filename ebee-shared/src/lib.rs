@@ -65,6 +65,9 @@ pub mod map_names {
     pub const QOS_PIN_STATE: &str = "QOS_PIN_STATE";
     pub const QOS_CPU: &str = "QOS_CPU";
     pub const QOS_CONNS: &str = "QOS_CONNS";
+    pub const QOS_FDS: &str = "QOS_FDS";
+    pub const QOS_PIN_BITS: &str = "QOS_PIN_BITS";
+    pub const QOS_OPEN: &str = "QOS_OPEN";
     pub const QOS_PORTS: &str = "QOS_PORTS";
     pub const MEM_CPU: &str = "MEM_CPU";
     pub const MEM_SKETCH: &str = "MEM_SKETCH";

@@ -21,8 +21,38 @@ pub const NR_OTHER: usize = NR_SLOTS - 1;
 pub const SYS_HISTS: usize = 32;
 /// Per-thread start slots (a power of two); a thread uses slot `tid & (THREAD_SLOTS - 1)`.
 pub const THREAD_SLOTS: u32 = 1 << 15;
-/// Connections (process, fd) the request model can follow at once (LRU).
+/// Descriptors below this number keep their request-model state in a plain array per pin slot
+/// (`QOS_FDS`, index `slot * FD_SLOTS + fd`): an inlined lookup, no helper call or hashing on
+/// the socket calls of a pinned process. Larger descriptors use the LRU hash `QOS_CONNS`.
+pub const FD_SLOTS: u32 = 1024;
+/// Connections (process, fd >= FD_SLOTS) the request model can follow at once (LRU).
 pub const CONN_ENTRIES: u32 = 16_384;
+/// Bytes of the open-syscall filter `QOS_OPEN` (one value of [`OpenStacks`], a power of two).
+pub const OPEN_SLOTS: usize = 1 << 15;
+
+/// Which kernel stacks have had a pinned syscall: `sys_enter` sets byte
+/// [`open_slot`]`(regs)` of a pinned thread (its `struct pt_regs` sits at the top of its
+/// kernel stack, so the pointer names the thread without a helper call), and `sys_exit` of any
+/// thread whose byte is 0 returns at once: no helper call, no pin check. A byte set by another
+/// stack that hashes alike only sends that thread down the full check. Cleared by userspace
+/// when the hooks are detached (the bytes of exited pinned threads stay set until then).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OpenStacks {
+    pub b: [u8; OPEN_SLOTS],
+}
+
+/// Byte of [`OpenStacks`] for the `struct pt_regs` address of a thread. Kernel stacks are
+/// 16 KiB-aligned, so the low 14 bits carry nothing.
+#[inline(always)]
+pub const fn open_slot(regs: u64) -> usize {
+    (((regs >> 14) ^ (regs >> 29)) as usize) & (OPEN_SLOTS - 1)
+}
+
+/// Words of the pinned-process bitmap `QOS_PIN_BITS`, one bit per possible tgid: Linux's
+/// `PID_MAX_LIMIT` on 64-bit is 2^22, so 65,536 words (512 KiB). The bitmap is the first,
+/// cheap filter every syscall of every process goes through while something is pinned.
+pub const PIN_BIT_WORDS: u32 = (1 << 22) / 64;
 /// Words of the listening-port bitmap (one bit per TCP/UDP port).
 pub const PORT_WORDS: u32 = 65_536 / 64;
 
@@ -268,8 +298,8 @@ pub const CONN_IN_REQUEST: u32 = 4;
 /// [`Conn::flags`] keeps the low 16 bits of [`PinState::fd_epoch`] from this bit up.
 pub const CONN_EPOCH_SHIFT: u32 = 16;
 
-/// Request-model state of one file descriptor of a pinned process (`QOS_CONNS`, LRU hash keyed
-/// by `(tgid << 32) | fd`).
+/// Request-model state of one file descriptor of a pinned process (`QOS_FDS` for descriptors
+/// below [`FD_SLOTS`], else `QOS_CONNS`, an LRU hash keyed by `(tgid << 32) | fd`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Conn {
@@ -280,7 +310,7 @@ pub struct Conn {
     pub file: u64,
     /// End of the receive that opened the current request.
     pub start_ns: u64,
-    /// Pin generation that made the state.
+    /// Pin generation that made the state (0: none; generations start at 1).
     pub gen_: u32,
     /// Role, [`CONN_IN_REQUEST`], and the descriptor epoch ([`CONN_EPOCH_SHIFT`]).
     pub flags: u32,
@@ -346,6 +376,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<Conn>(), 24);
         assert_eq!(core::mem::size_of::<PinTable>(), 8 * MAX_PINS);
         assert_eq!(core::mem::size_of::<Offsets>(), 48);
+        assert_eq!(core::mem::size_of::<OpenStacks>(), OPEN_SLOTS);
+        assert!(OPEN_SLOTS.is_power_of_two());
         assert_eq!(core::mem::size_of::<SysTable>(), 24 * NR_SLOTS);
         assert_eq!(core::mem::size_of::<HistTable>(), 4 * BUCKETS * SYS_HISTS);
         assert_eq!(core::mem::size_of::<HistIdx>(), 8 * NR_SLOTS);

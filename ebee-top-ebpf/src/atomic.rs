@@ -75,3 +75,22 @@ pub unsafe fn atomic_cmpxchg(p: *mut u64, old: u64, new: u64) -> u64 {
     }
     r0
 }
+
+/// `*p = v` (64-bit), emitted after every memory access the program makes before it: the asm
+/// is a compiler barrier, and the JIT keeps program order. On x86-64 (TSO) that makes it a
+/// release store, enough to close a sequence that only this CPU writes. Not on arm64.
+///
+/// # Safety
+/// `p` must be a valid, 8-byte aligned pointer into a map value.
+#[inline(always)]
+pub unsafe fn store_release_x86(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p`; the instruction touches only `*p`.
+    unsafe {
+        core::arch::asm!(
+            "*(u64 *)({p} + 0) = {v}",
+            p = in(reg) p,
+            v = in(reg) v,
+            options(nostack),
+        )
+    }
+}

@@ -13,7 +13,7 @@ mod maps;
 mod mem;
 mod qos;
 
-pub use atomic::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add};
+pub use atomic::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add, store_release_x86};
 
 /// `CLOCK_MONOTONIC` now, in ns.
 #[inline(always)]

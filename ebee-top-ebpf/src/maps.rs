@@ -86,10 +86,11 @@ pub static QOS_PINS: Array<ebee_shared::qos::PinTable> = Array::with_max_entries
 pub static QOS_THREADS: Array<ebee_shared::qos::ThreadSlot> =
     Array::with_max_entries(ebee_shared::qos::THREAD_SLOTS, 0);
 
-/// Per interval parity and pin slot: count, total and maximum latency per syscall number.
+/// Per interval parity and pin slot: count, total and maximum latency per syscall number, per
+/// CPU (plain adds instead of locked ones; userspace sums the CPUs).
 #[map]
-pub static QOS_SYS: Array<ebee_shared::qos::SysTable> =
-    Array::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
+pub static QOS_SYS: PerCpuArray<ebee_shared::qos::SysTable> =
+    PerCpuArray::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
 
 /// Per interval parity and pin slot: syscall latency histograms.
 #[map]
@@ -101,10 +102,10 @@ pub static QOS_HIST: Array<ebee_shared::qos::HistTable> =
 pub static QOS_HIST_IDX: Array<ebee_shared::qos::HistIdx> =
     Array::with_max_entries(ebee_shared::qos::MAX_PINS as u32, 0);
 
-/// Per interval parity and pin slot: requests and losses.
+/// Per interval parity and pin slot: requests and losses, per CPU (as `QOS_SYS`).
 #[map]
-pub static QOS_PIN: Array<ebee_shared::qos::PinStat> =
-    Array::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
+pub static QOS_PIN: PerCpuArray<ebee_shared::qos::PinStat> =
+    PerCpuArray::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
 
 /// Per pin slot: histogram allocation.
 #[map]
@@ -115,7 +116,23 @@ pub static QOS_PIN_STATE: Array<ebee_shared::qos::PinState> =
 #[map]
 pub static QOS_CPU: PerCpuArray<ebee_shared::qos::QosCpu> = PerCpuArray::with_max_entries(1, 0);
 
-/// Request-model state per (process, fd) of pinned processes.
+/// Request-model state per (pin slot, fd) of pinned processes, for fds below `FD_SLOTS`.
+#[map]
+pub static QOS_FDS: Array<ebee_shared::qos::Conn> = Array::with_max_entries(
+    ebee_shared::qos::MAX_PINS as u32 * ebee_shared::qos::FD_SLOTS,
+    0,
+);
+
+/// Kernel stacks that have had a pinned syscall (`ebee_shared::qos::OpenStacks`): the first
+/// check of every `sys_exit`.
+#[map]
+pub static QOS_OPEN: Array<ebee_shared::qos::OpenStacks> = Array::with_max_entries(1, 0);
+
+/// One bit per tgid, set for the pinned processes: the first check of every `sys_enter`.
+#[map]
+pub static QOS_PIN_BITS: Array<u64> = Array::with_max_entries(ebee_shared::qos::PIN_BIT_WORDS, 0);
+
+/// Request-model state per (process, fd) of pinned processes, for fds from `FD_SLOTS` up.
 #[map]
 pub static QOS_CONNS: LruHashMap<u64, ebee_shared::qos::Conn> =
     LruHashMap::with_max_entries(ebee_shared::qos::CONN_ENTRIES, 0);

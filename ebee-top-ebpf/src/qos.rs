@@ -2,8 +2,11 @@
 //! syscalls of pinned processes only. Userspace attaches them when the first process is pinned
 //! and detaches them when the last pin goes, so with nothing pinned no syscall pays anything.
 //!
-//! Every other process pays the pin check: one helper call for the tgid and eight compares
-//! against the pin table, which sits in one cache line.
+//! Every other process pays the pin check. At `sys_enter`: one helper call for the tgid and
+//! one bit of a bitmap indexed by tgid (an inlined array lookup); only a set bit goes on to
+//! the pin table (eight compares in one cache line) for the slot and generation. At
+//! `sys_exit`: one byte chosen by the thread's `pt_regs` address (its kernel stack), set by
+//! the `sys_enter` of pinned threads, and no helper call when it is 0.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
@@ -13,21 +16,29 @@ use aya_ebpf::{
 use ebee_shared::{
     ctl,
     qos::{
-        self, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, MAX_PINS, NR_OTHER, NR_SLOTS, PinStat,
-        ROLE_MASK, ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, SYS_HISTS, THREAD_SLOTS, nr,
-        pin_entry,
+        self, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, FD_SLOTS, MAX_PINS, NR_OTHER, NR_SLOTS,
+        OPEN_SLOTS, PIN_BIT_WORDS, PinStat, ROLE_MASK, ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER,
+        SYS_HISTS, THREAD_SLOTS, nr, pin_entry,
     },
 };
 
 use crate::maps::{
-    CTL, QOS_CONNS, QOS_CPU, QOS_HIST, QOS_HIST_IDX, QOS_OFFSETS, QOS_PIN, QOS_PIN_STATE, QOS_PINS,
-    QOS_PORTS, QOS_SYS, QOS_THREADS,
+    CTL, QOS_CONNS, QOS_CPU, QOS_FDS, QOS_HIST, QOS_HIST_IDX, QOS_OFFSETS, QOS_OPEN, QOS_PIN,
+    QOS_PIN_BITS, QOS_PIN_STATE, QOS_PINS, QOS_PORTS, QOS_SYS, QOS_THREADS,
 };
-use crate::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add};
+use crate::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add, store_release_x86};
 
 /// The pin slot and generation of `tgid`, if it is pinned.
 #[inline(always)]
 fn pinned(tgid: u32) -> Option<(u32, u32)> {
+    // The bitmap first: every syscall of every process comes here, and for all but the
+    // pinned ones one word and one bit settle it. A bit set for a pin being removed only
+    // sends the call on to the table, which is the truth.
+    let w = QOS_PIN_BITS.get_ptr((tgid >> 6) & (PIN_BIT_WORDS - 1))?;
+    // SAFETY: a valid array value; userspace rewrites it while programs run.
+    if unsafe { core::ptr::read_volatile(w) } & (1u64 << (tgid & 63)) == 0 {
+        return None;
+    }
     let t = QOS_PINS.get_ptr(0)?;
     let mut i = 0;
     while i < MAX_PINS {
@@ -40,6 +51,32 @@ fn pinned(tgid: u32) -> Option<(u32, u32)> {
         i += 1;
     }
     None
+}
+
+/// The open-syscall filter byte of the thread whose `struct pt_regs` is at `regs`.
+#[inline(always)]
+fn open_byte(regs: u64) -> Option<*mut u8> {
+    let t = QOS_OPEN.get_ptr_mut(0)?;
+    // The verifier forbids shifts and masks on a pointer but, for a privileged program, turns
+    // the difference of two pointers into a plain number: `regs` minus the (fixed) address
+    // of this map value names the stack just as well. The subtraction is written out so the
+    // compiler cannot fold it into the shifts.
+    let mut d = regs;
+    // SAFETY: register arithmetic only.
+    unsafe {
+        core::arch::asm!(
+            "{d} -= {t}",
+            d = inout(reg) d,
+            t = in(reg) t as u64,
+            options(pure, nomem, nostack),
+        )
+    };
+    // SAFETY: `t` is the array's one value; the index is masked below OPEN_SLOTS.
+    Some(unsafe {
+        (&raw mut (*t).b)
+            .cast::<u8>()
+            .add(qos::open_slot(d) & (OPEN_SLOTS - 1))
+    })
 }
 
 /// The pin table entry of `slot`, read again.
@@ -58,6 +95,15 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
     };
     let tid = pid_tgid as u32;
     let id: i64 = ctx.arg(1);
+    let regs: u64 = ctx.arg(0);
+    if let Some(o) = open_byte(regs) {
+        // SAFETY: a valid array value. Written once per stack, so the line stays shared.
+        unsafe {
+            if core::ptr::read_volatile(o) == 0 {
+                core::ptr::write_volatile(o, 1);
+            }
+        }
+    }
     let Some(ts) = QOS_THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1)) else {
         return 0;
     };
@@ -80,6 +126,15 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
 
 #[btf_tracepoint(function = "sys_exit")]
 pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
+    // A thread whose stack never had a pinned syscall returns here, before any helper call:
+    // the sys_enter of every pinned syscall set this byte (the same thread has the same
+    // `regs` at both ends). A syscall begun before the pin is not seen at all.
+    let regs: u64 = ctx.arg(0);
+    match open_byte(regs) {
+        // SAFETY: a valid array value.
+        Some(o) if unsafe { core::ptr::read_volatile(o) } != 0 => {}
+        _ => return 0,
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let Some((slot, gen_)) = pinned(tgid) else {
@@ -91,7 +146,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
     // Mark this CPU busy before reading the epoch (a full barrier), as the CPU pipeline does:
     // userspace waits for the mark to clear before it reads the interval it just closed.
     // SAFETY: this CPU's value of a per-CPU array; the program does not nest on one CPU.
-    unsafe { atomic_fetch_add(&raw mut (*cpu).seq, 1) };
+    let seq = unsafe { atomic_fetch_add(&raw mut (*cpu).seq, 1) };
     // Check the pin again now that this CPU is marked: userspace clears a slot's data only
     // after removing the pin and waiting for every marked CPU, so a run that passed the first
     // check just before the removal must not write into the slot's next owner.
@@ -99,8 +154,12 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
         // SAFETY: called by the kernel with the sys_exit arguments (regs, ret).
         unsafe { exit_body(&ctx, pid_tgid, tgid, slot, gen_) };
     }
+    // Clear the mark. Only this CPU writes it (the kernel does not run a program again on a
+    // CPU where it is running), so a plain store after the body's writes suffices on x86-64,
+    // whose stores are seen in order: no second locked instruction. (QoS is x86-64 only:
+    // userspace refuses to pin on other architectures.)
     // SAFETY: as above.
-    unsafe { atomic_fetch_add(&raw mut (*cpu).seq, 1) };
+    unsafe { store_release_x86(&raw mut (*cpu).seq, seq.wrapping_add(2)) };
     0
 }
 
@@ -124,8 +183,8 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
     // SAFETY: a valid array value (see sys_enter).
     let (start, stid, tag) = unsafe { ((*ts).start_ns, (*ts).tid, (*ts).tag) };
     if stid != tid || tag == 0 || qos::tag_gen(tag) != gen_ & 0xffff || start > now {
-        // SAFETY: a valid array value; the counter is shared by all CPUs.
-        unsafe { atomic_add(&raw mut (*pin).unmatched, 1) };
+        // SAFETY: this CPU's copy of a per-CPU array value: plain adds.
+        unsafe { (*pin).unmatched += 1 };
         return;
     }
     // SAFETY: as above; the syscall is closed.
@@ -138,13 +197,13 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         NR_OTHER
     } & (NR_SLOTS - 1);
     if let Some(t) = QOS_SYS.get_ptr_mut(base) {
-        // SAFETY: a valid array value; `nrs` is below NR_SLOTS. Counters are shared by all
-        // CPUs, so atomic adds. The maximum is a plain compare-and-store: a race may keep the
-        // smaller of two values.
+        // SAFETY: this CPU's copy of a per-CPU array value (no other CPU writes it and the
+        // program does not nest on one CPU, so plain adds: no locked instruction); `nrs` is
+        // below NR_SLOTS.
         unsafe {
             let s = &raw mut (*t).nr[nrs];
-            atomic_add(&raw mut (*s).count, 1);
-            atomic_add(&raw mut (*s).total_ns, lat);
+            (*s).count += 1;
+            (*s).total_ns += lat;
             if lat > (*s).max_ns {
                 (*s).max_ns = lat;
             }
@@ -157,7 +216,8 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         // construction.
         unsafe { atomic_add32(&raw mut (*t).h[h].buckets[b], 1) };
     }
-    if qos_offsets().valid == 0 {
+    // SAFETY: a valid static; volatile only stops the compiler from folding the default in.
+    if unsafe { core::ptr::read_volatile(&raw const QOS_OFFSETS.valid) } == 0 {
         return;
     }
     let ret: i64 = ctx.arg(1);
@@ -176,8 +236,8 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         }
         nr::ACCEPT | nr::ACCEPT4 if ret >= 0 => {
             new_conn(tgid, ret as u32, slot, gen_, ROLE_SERVER, pin);
-            // SAFETY: a valid array value.
-            unsafe { atomic_add(&raw mut (*pin).accepts, 1) };
+            // SAFETY: this CPU's copy of a per-CPU array value.
+            unsafe { (*pin).accepts += 1 };
         }
         // 0, or -EINPROGRESS for a non-blocking connect.
         nr::CONNECT if ret == 0 || ret == -115 => {
@@ -194,12 +254,10 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         nr::CLOSE if ret != -9 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            let _ = QOS_CONNS.remove(conn_key(tgid, fd));
+            conn_drop(tgid, slot, fd);
         }
         // The new descriptor replaced whatever that number held.
-        nr::DUP2 | nr::DUP3 if ret >= 0 => {
-            let _ = QOS_CONNS.remove(conn_key(tgid, ret as u32));
-        }
+        nr::DUP2 | nr::DUP3 if ret >= 0 => conn_drop(tgid, slot, ret as u32),
         nr::CLOSE_RANGE | nr::EXECVE | nr::EXECVEAT if ret == 0 => {
             if let Some(st) = QOS_PIN_STATE.get_ptr_mut(slot) {
                 // SAFETY: a valid array value.
@@ -229,8 +287,8 @@ fn hist_of(slot: u32, nrs: usize, pin: *mut PinStat) -> usize {
     // SAFETY: a valid array value; the counter only grows until userspace resets the slot.
     let n = unsafe { atomic_fetch_add(&raw mut (*st).next_hist, 1) } + 1;
     if n >= SYS_HISTS as u64 {
-        // SAFETY: a valid array value.
-        unsafe { atomic_add(&raw mut (*pin).hist_full, 1) };
+        // SAFETY: this CPU's copy of a per-CPU array value.
+        unsafe { (*pin).hist_full += 1 };
         return 0;
     }
     // Another CPU may have handed one out for the same syscall meanwhile: keep the first.
@@ -265,6 +323,47 @@ fn qos_offsets() -> ebee_shared::qos::Offsets {
 #[inline(always)]
 fn conn_key(tgid: u32, fd: u32) -> u64 {
     ((tgid as u64) << 32) | fd as u64
+}
+
+/// The request-model state of descriptor `fd` of the process in pin slot `slot`, if any
+/// (whatever its generation and epoch: the caller checks them). Small descriptors live in the
+/// slot's row of `QOS_FDS`, an inlined array lookup; the rest in the `QOS_CONNS` hash.
+#[inline(always)]
+fn conn_get(tgid: u32, slot: u32, fd: u32) -> Option<*mut Conn> {
+    if fd < FD_SLOTS {
+        QOS_FDS.get_ptr_mut((slot & (MAX_PINS as u32 - 1)) * FD_SLOTS + fd)
+    } else {
+        QOS_CONNS.get_ptr_mut(conn_key(tgid, fd))
+    }
+}
+
+/// Store `c` as the state of descriptor `fd`; false when the hash had no room.
+#[inline(always)]
+fn conn_put(tgid: u32, slot: u32, fd: u32, c: Conn) -> bool {
+    if fd < FD_SLOTS {
+        let Some(p) = conn_get(tgid, slot, fd) else {
+            return false;
+        };
+        // SAFETY: a valid array value; only threads of this process touch its row.
+        unsafe { *p = c };
+        true
+    } else {
+        QOS_CONNS.insert(conn_key(tgid, fd), c, 0).is_ok()
+    }
+}
+
+/// Forget descriptor `fd` (closed, or replaced by dup2/dup3).
+#[inline(always)]
+fn conn_drop(tgid: u32, slot: u32, fd: u32) {
+    if fd < FD_SLOTS {
+        if let Some(p) = conn_get(tgid, slot, fd) {
+            // SAFETY: a valid array value; generation 0 is never a pin's, so the state is
+            // ignored until the descriptor is seen again.
+            unsafe { (*p).gen_ = 0 };
+        }
+    } else {
+        let _ = QOS_CONNS.remove(conn_key(tgid, fd));
+    }
 }
 
 /// Read a kernel value of type `T` at `base + off`; None for a null base or a fault.
@@ -352,9 +451,9 @@ fn new_conn(tgid: u32, fd: u32, slot: u32, gen_: u32, role: u32, pin: *mut PinSt
         gen_,
         flags: role | epoch_bits(slot),
     };
-    if QOS_CONNS.insert(conn_key(tgid, fd), c, 0).is_err() {
-        // SAFETY: a valid array value.
-        unsafe { atomic_add(&raw mut (*pin).conn_full, 1) };
+    if !conn_put(tgid, slot, fd, c) {
+        // SAFETY: this CPU's copy of a per-CPU array value.
+        unsafe { (*pin).conn_full += 1 };
     }
 }
 
@@ -379,10 +478,9 @@ fn epoch_bits(slot: u32) -> u32 {
 /// walk and the socket classification.
 #[inline(always)]
 fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pin: *mut PinStat) {
-    let key = conn_key(tgid, fd);
     let epoch = epoch_bits(slot);
-    let c = match QOS_CONNS.get_ptr_mut(key) {
-        // SAFETY: a valid hash value; only threads of this process touch its keys.
+    let c = match conn_get(tgid, slot, fd) {
+        // SAFETY: a valid map value; only threads of this process touch its keys.
         Some(c)
             if unsafe {
                 (*c).gen_ == gen_ && ((*c).flags >> CONN_EPOCH_SHIFT) << CONN_EPOCH_SHIFT == epoch
@@ -402,12 +500,12 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
                 gen_,
                 flags: classify(file) | epoch,
             };
-            if QOS_CONNS.insert(key, fresh, 0).is_err() {
-                // SAFETY: a valid array value.
-                unsafe { atomic_add(&raw mut (*pin).conn_full, 1) };
+            if !conn_put(tgid, slot, fd, fresh) {
+                // SAFETY: this CPU's copy of a per-CPU array value.
+                unsafe { (*pin).conn_full += 1 };
                 return;
             }
-            match QOS_CONNS.get_ptr_mut(key) {
+            match conn_get(tgid, slot, fd) {
                 Some(c) => c,
                 None => return,
             }
@@ -418,15 +516,15 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
     match c.flags & ROLE_MASK {
         ROLE_SERVER => {}
         ROLE_OTHER => {
-            // SAFETY: a valid array value.
-            unsafe { atomic_add(&raw mut (*pin).other_sock_io, 1) };
+            // SAFETY: this CPU's copy of a per-CPU array value.
+            unsafe { (*pin).other_sock_io += 1 };
             return;
         }
         _ => return,
     }
     if !send {
-        // SAFETY: a valid array value.
-        unsafe { atomic_add(&raw mut (*pin).recvs, 1) };
+        // SAFETY: this CPU's copy of a per-CPU array value.
+        unsafe { (*pin).recvs += 1 };
         if c.flags & CONN_IN_REQUEST == 0 {
             c.start_ns = now;
             c.flags |= CONN_IN_REQUEST;
@@ -434,21 +532,22 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
         return;
     }
     if c.flags & CONN_IN_REQUEST == 0 {
-        // SAFETY: a valid array value.
-        unsafe { atomic_add(&raw mut (*pin).sends_idle, 1) };
+        // SAFETY: this CPU's copy of a per-CPU array value.
+        unsafe { (*pin).sends_idle += 1 };
         return;
     }
     c.flags &= !CONN_IN_REQUEST;
     let lat = now.saturating_sub(c.start_ns);
     let b = qos::bucket(lat);
-    // SAFETY: a valid array value; `b` is below BUCKETS by construction.
+    // SAFETY: this CPU's copy of a per-CPU array value; `b` is below BUCKETS by
+    // construction.
     unsafe {
-        atomic_add(&raw mut (*pin).requests, 1);
-        atomic_add(&raw mut (*pin).req_total_ns, lat);
+        (*pin).requests += 1;
+        (*pin).req_total_ns += lat;
         if lat > (*pin).req_max_ns {
             (*pin).req_max_ns = lat;
         }
-        atomic_add32(&raw mut (*pin).req_hist.buckets[b], 1);
+        (*pin).req_hist.buckets[b] += 1;
     }
 }
 

@@ -20,13 +20,50 @@ const TICK: Duration = Duration::from_millis(100);
 /// A thread-per-connection server: each request is 4 bytes naming a delay in µs; the server
 /// sleeps that long and answers 4 bytes. It records its own read-to-write time per request.
 fn server(stop: Arc<AtomicBool>) -> (u16, Arc<Mutex<Vec<u64>>>) {
+    server_at(stop, None)
+}
+
+/// Raise this process's soft descriptor limit to `max` (or its hard limit if lower).
+fn allow_fds_up_to(max: u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on a valid rlimit.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut r), 0);
+        if r.rlim_cur < max {
+            r.rlim_cur = max.min(r.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &r), 0);
+        }
+    }
+}
+
+/// [`server`], with each accepted connection moved to a descriptor numbered `high` or above
+/// when given (the original number is closed).
+fn server_at(stop: Arc<AtomicBool>, high: Option<i32>) -> (u16, Arc<Mutex<Vec<u64>>>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let own = Arc::new(Mutex::new(Vec::new()));
     let own2 = own.clone();
     std::thread::spawn(move || {
         for c in l.incoming() {
-            let Ok(mut c) = c else { return };
+            let Ok(c) = c else { return };
+            let mut c = match high {
+                None => c,
+                Some(min) => {
+                    use std::os::fd::{FromRawFd as _, IntoRawFd as _};
+                    let low = c.into_raw_fd();
+                    // SAFETY: `low` is an open descriptor this thread owns; the new one is
+                    // owned by the returned stream, and `low` is closed once.
+                    unsafe {
+                        let hi = libc::fcntl(low, libc::F_DUPFD_CLOEXEC, min);
+                        assert!(hi >= min, "F_DUPFD: {}", std::io::Error::last_os_error());
+                        libc::close(low);
+                        TcpStream::from_raw_fd(hi)
+                    }
+                }
+            };
             let own = own2.clone();
             let stop = stop.clone();
             std::thread::spawn(move || {
@@ -315,4 +352,61 @@ fn cli_json_has_a_qos_entry_per_pinned_process() {
         "{top:?}"
     );
     assert!(top[0]["p50_us"].as_f64().unwrap() > 9_000.0);
+}
+
+/// Descriptors from `FD_SLOTS` (1024) up keep their request state in the hash, not the
+/// fd-indexed array: requests on them are counted all the same.
+#[test]
+fn requests_on_descriptors_above_1024_are_counted() {
+    if !privileged("requests_on_descriptors_above_1024_are_counted") {
+        return;
+    }
+    allow_fds_up_to(4096);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (port, _own) = server_at(stop.clone(), Some(2000));
+    let mut live = Live::start(ProbeConfig::default(), TICK).expect("loading eBPF");
+    live.set_pins(&[std::process::id()]).unwrap();
+    for _ in 0..2 {
+        live.next_batch().unwrap().unwrap();
+    }
+    let sent = Arc::new(AtomicU64::new(0));
+    let run = Arc::new(AtomicBool::new(true));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let sent = sent.clone();
+            let run = run.clone();
+            std::thread::spawn(move || {
+                let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                c.set_nodelay(true).unwrap();
+                let mut resp = [0u8; 4];
+                while run.load(Ordering::Relaxed) {
+                    c.write_all(&500u32.to_le_bytes()).unwrap();
+                    c.read_exact(&mut resp).unwrap();
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let mut requests = 0;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        let b = live.next_batch().unwrap().unwrap();
+        requests += b.qos.procs.iter().map(|p| p.requests.requests).sum::<u64>();
+    }
+    run.store(false, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    for _ in 0..3 {
+        let b = live.next_batch().unwrap().unwrap();
+        requests += b.qos.procs.iter().map(|p| p.requests.requests).sum::<u64>();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let client = sent.load(Ordering::Relaxed);
+    assert!(client > 200, "the clients completed only {client} requests");
+    let err = (requests as f64 - client as f64).abs() / client as f64;
+    assert!(
+        err <= 0.05,
+        "ebee-top counted {requests} requests, the clients {client}"
+    );
 }

@@ -18,8 +18,9 @@ use aya::{
 use ebee_shared::{
     prog_names,
     qos::{
-        BUCKETS, HistIdx, HistTable, MAX_PINS, NR_SLOTS, Offsets, PORT_WORDS, PinStat, PinState,
-        PinTable, QosCpu, SYS_HISTS, SysStat, SysTable, pin_entry,
+        BUCKETS, HistIdx, HistTable, MAX_PINS, NR_SLOTS, OPEN_SLOTS, Offsets, OpenStacks,
+        PIN_BIT_WORDS, PORT_WORDS, PinStat, PinState, PinTable, QosCpu, SYS_HISTS, SysStat,
+        SysTable, pin_entry,
     },
 };
 
@@ -81,10 +82,13 @@ enum SlotState {
     },
 }
 
-/// A BPF array map read and written with raw syscalls into caller-owned buffers, for values
-/// too large to copy through the stack.
+/// A BPF array map (plain or per-CPU) read and written with raw syscalls into caller-owned
+/// buffers, for values too large to copy through the stack.
 struct RawArray {
     data: MapData,
+    /// Copies of each value: 1, or the number of possible CPUs for a per-CPU array (whose
+    /// values here are multiples of 8 bytes, so the copies sit back to back).
+    copies: usize,
 }
 
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
@@ -124,21 +128,23 @@ impl RawArray {
         Ok(())
     }
 
-    /// Read element `key` into `out`, whose byte length must equal the value size `V`.
+    /// Read element `key` into `out`, whose byte length must equal the value size `V` times
+    /// the copies.
     fn read<V, T: aya::Pod>(&self, key: u32, out: &mut [T]) -> io::Result<()> {
-        assert_len::<V, T>(out.len())?;
+        assert_len::<V, T>(out.len(), self.copies)?;
         self.call(BPF_MAP_LOOKUP_ELEM, key, out.as_mut_ptr().cast_const())
     }
 
-    /// Write element `key` from `val`, whose byte length must equal the value size `V`.
+    /// Write element `key` from `val`, whose byte length must equal the value size `V` times
+    /// the copies.
     fn write<V, T: aya::Pod>(&self, key: u32, val: &[T]) -> io::Result<()> {
-        assert_len::<V, T>(val.len())?;
+        assert_len::<V, T>(val.len(), self.copies)?;
         self.call(BPF_MAP_UPDATE_ELEM, key, val.as_ptr())
     }
 }
 
-fn assert_len<V, T>(n: usize) -> io::Result<()> {
-    if n * std::mem::size_of::<T>() == std::mem::size_of::<V>() {
+fn assert_len<V, T>(n: usize, copies: usize) -> io::Result<()> {
+    if n * std::mem::size_of::<T>() == std::mem::size_of::<V>() * copies {
         Ok(())
     } else {
         Err(io::Error::other("map value buffer of the wrong size"))
@@ -148,11 +154,16 @@ fn assert_len<V, T>(n: usize) -> io::Result<()> {
 /// Userspace state of the QoS pipeline.
 pub(super) struct QosProbes {
     table: Array<MapData, PinTable>,
+    /// The kernel's first filter: one bit per tgid, set for the pinned processes.
+    pin_bits: Array<MapData, u64>,
+    /// Nonzero words of `pin_bits` as last written, by index.
+    bit_words: std::collections::BTreeMap<u32, u64>,
     sys: RawArray,
     hist: RawArray,
     hist_idx: RawArray,
     pin: RawArray,
     pin_state: Array<MapData, PinState>,
+    open: RawArray,
     cpu: PerCpuArray<MapData, QosCpu>,
     ports: Array<MapData, u64>,
     slots: [SlotState; MAX_PINS],
@@ -167,6 +178,41 @@ pub(super) struct QosProbes {
     pub(super) offsets: Offsets,
     /// CPUs whose in-flight `sys_exit` could not be waited for (cumulative).
     pub(super) handshake_timeouts: u64,
+}
+
+/// One pinned process's per-syscall statistics, summed over the per-CPU copies (`NR_SLOTS`
+/// entries per CPU, back to back).
+fn fold_sys(per_cpu: &[SysStat]) -> Vec<SysStat> {
+    let mut out = vec![SysStat::default(); NR_SLOTS];
+    for cpu in per_cpu.chunks_exact(NR_SLOTS) {
+        for (o, s) in out.iter_mut().zip(cpu) {
+            o.count += s.count;
+            o.total_ns += s.total_ns;
+            o.max_ns = o.max_ns.max(s.max_ns);
+        }
+    }
+    out
+}
+
+/// One pinned process's request-model counters, summed over the per-CPU copies.
+fn fold_pin(per_cpu: &[PinStat]) -> PinStat {
+    let mut o = PinStat::default();
+    for p in per_cpu {
+        o.requests += p.requests;
+        o.req_total_ns += p.req_total_ns;
+        o.req_max_ns = o.req_max_ns.max(p.req_max_ns);
+        o.recvs += p.recvs;
+        o.sends_idle += p.sends_idle;
+        o.other_sock_io += p.other_sock_io;
+        o.accepts += p.accepts;
+        o.unmatched += p.unmatched;
+        o.hist_full += p.hist_full;
+        o.conn_full += p.conn_full;
+        for (b, v) in o.req_hist.buckets.iter_mut().zip(&p.req_hist.buckets) {
+            *b += v;
+        }
+    }
+    o
 }
 
 /// Kernel struct offsets the request model needs, from BTF; `valid` is 0 when one is missing.
@@ -203,9 +249,13 @@ fn take<T>(
     conv(m).map_err(classify(name))
 }
 
-fn raw(ebpf: &mut Ebpf, name: &str) -> Result<RawArray, ProbeError> {
+fn raw(ebpf: &mut Ebpf, name: &str, ncpus: usize) -> Result<RawArray, ProbeError> {
     take(ebpf, name, |m| match m {
-        aya::maps::Map::Array(data) => Ok(RawArray { data }),
+        aya::maps::Map::Array(data) => Ok(RawArray { data, copies: 1 }),
+        aya::maps::Map::PerCpuArray(data) => Ok(RawArray {
+            data,
+            copies: ncpus,
+        }),
         _ => Err(aya::maps::MapError::InvalidName {
             name: name.to_owned(),
         }),
@@ -221,11 +271,15 @@ impl QosProbes {
     ) -> Result<Self, ProbeError> {
         use ebee_shared::map_names as n;
         let table = take(ebpf, n::QOS_PINS, Array::try_from)?;
-        let sys = raw(ebpf, n::QOS_SYS)?;
-        let hist = raw(ebpf, n::QOS_HIST)?;
-        let hist_idx = raw(ebpf, n::QOS_HIST_IDX)?;
-        let pin = raw(ebpf, n::QOS_PIN)?;
+        let pin_bits = take(ebpf, n::QOS_PIN_BITS, Array::try_from)?;
+        let ncpus =
+            aya::util::nr_cpus().map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
+        let sys = raw(ebpf, n::QOS_SYS, ncpus)?;
+        let hist = raw(ebpf, n::QOS_HIST, ncpus)?;
+        let hist_idx = raw(ebpf, n::QOS_HIST_IDX, ncpus)?;
+        let pin = raw(ebpf, n::QOS_PIN, ncpus)?;
         let pin_state = take(ebpf, n::QOS_PIN_STATE, Array::try_from)?;
+        let open = raw(ebpf, n::QOS_OPEN, ncpus)?;
         let cpu = take(ebpf, n::QOS_CPU, PerCpuArray::try_from)?;
         let ports = take(ebpf, n::QOS_PORTS, Array::try_from)?;
         for name in [prog_names::SYS_ENTER, prog_names::SYS_EXIT] {
@@ -238,11 +292,14 @@ impl QosProbes {
         }
         Ok(Self {
             table,
+            pin_bits,
+            bit_words: Default::default(),
             sys,
             hist,
             hist_idx,
             pin,
             pin_state,
+            open,
             cpu,
             ports,
             slots: [SlotState::Free; MAX_PINS],
@@ -390,14 +447,36 @@ impl QosProbes {
 
     fn write_table(&mut self) -> Result<(), ProbeError> {
         let mut t = PinTable::default();
+        let mut words = std::collections::BTreeMap::<u32, u64>::new();
         for (i, s) in self.slots.iter().enumerate() {
             if let SlotState::Pinned { pid, gen_ } = *s {
                 t.pins[i] = pin_entry(pid, gen_);
+                *words.entry((pid >> 6) & (PIN_BIT_WORDS - 1)).or_default() |= 1 << (pid & 63);
+            }
+        }
+        // The bitmap only filters: the table decides. So new bits go in before the table
+        // (a new pin is seen from its first syscall after the table write), old ones come
+        // out after it.
+        for (&i, &w) in &words {
+            let old = self.bit_words.get(&i).copied().unwrap_or(0);
+            if w & !old != 0 {
+                self.pin_bits
+                    .set(i, w | old, 0)
+                    .map_err(classify("writing QOS_PIN_BITS"))?;
             }
         }
         self.table
             .set(0, t, 0)
             .map_err(classify("writing QOS_PINS"))?;
+        for (&i, &old) in &self.bit_words {
+            let w = words.get(&i).copied().unwrap_or(0);
+            if w != old {
+                self.pin_bits
+                    .set(i, w, 0)
+                    .map_err(classify("writing QOS_PIN_BITS"))?;
+            }
+        }
+        self.bit_words = words;
         // Order the table write before any later read of the per-CPU marks (see drain).
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
@@ -426,6 +505,11 @@ impl QosProbes {
             (false, true) => {
                 // Dropping the links detaches the programs; they stay loaded for the next pin.
                 self.links = None;
+                // No program runs now: forget which stacks had pinned syscalls, so the next
+                // pins start with a clean filter.
+                self.open
+                    .write::<OpenStacks, _>(0, &vec![0u8; OPEN_SLOTS])
+                    .map_err(classify("clearing QOS_OPEN"))?;
             }
             _ => {}
         }
@@ -436,9 +520,9 @@ impl QosProbes {
     /// slot absent from the kernel's table, after the handshake in `drain` or `wait_cpus`.
     fn clear_slot(&mut self, i: usize) -> Result<(), ProbeError> {
         let i = i as u32;
-        let zero_sys = vec![SysStat::default(); NR_SLOTS];
+        let zero_sys = vec![SysStat::default(); NR_SLOTS * self.sys.copies];
         let zero_hist = vec![0u32; SYS_HISTS * BUCKETS];
-        let zero_pin = vec![PinStat::default(); 1];
+        let zero_pin = vec![PinStat::default(); self.pin.copies];
         for parity in 0..2u32 {
             let k = parity * MAX_PINS as u32 + i;
             self.sys
@@ -522,9 +606,9 @@ impl QosProbes {
                 } => (pid, until_ns <= end_ns, exited),
             };
             let k = old_parity * MAX_PINS as u32 + i as u32;
-            let mut sys = vec![SysStat::default(); NR_SLOTS];
+            let mut sys = vec![SysStat::default(); NR_SLOTS * self.sys.copies];
             let mut hists = vec![0u32; SYS_HISTS * BUCKETS];
-            let mut pin = vec![PinStat::default(); 1];
+            let mut pin = vec![PinStat::default(); self.pin.copies];
             let mut hist_idx = vec![0u64; NR_SLOTS];
             let e = |what: &'static str| classify(what);
             self.sys
@@ -540,15 +624,16 @@ impl QosProbes {
                 .read::<HistIdx, _>(i as u32, &mut hist_idx)
                 .map_err(e("reading QOS_HIST_IDX"))?;
             self.sys
-                .write::<SysTable, _>(k, &vec![SysStat::default(); NR_SLOTS])
+                .write::<SysTable, _>(k, &vec![SysStat::default(); NR_SLOTS * self.sys.copies])
                 .map_err(e("clearing QOS_SYS"))?;
             self.hist
                 .write::<HistTable, _>(k, &vec![0u32; SYS_HISTS * BUCKETS])
                 .map_err(e("clearing QOS_HIST"))?;
             self.pin
-                .write::<PinStat, _>(k, &vec![PinStat::default(); 1])
+                .write::<PinStat, _>(k, &vec![PinStat::default(); self.pin.copies])
                 .map_err(e("clearing QOS_PIN"))?;
-            let pin = Box::new(pin.pop().unwrap_or_default());
+            let sys = fold_sys(&sys);
+            let pin = Box::new(fold_pin(&pin));
             out.push(QosRaw {
                 pid,
                 sys,
