@@ -240,12 +240,11 @@ impl ProcTable {
         key
     }
 
-    /// Fold one interval in. Touches the entries this Batch names, those charged or pinned
-    /// by the last one, those whose CPU% is not yet back to 0, and those due to be trimmed or
-    /// forgotten: never every entry (except after the cell grid moved, see below).
-    pub fn ingest(&mut self, b: &Batch) {
+    /// What every fold of a Batch starts with: the cell grid's phase, the clock, the names,
+    /// and `-p` pins resolved to processes. Returns the grid anchor as it was before.
+    fn begin_batch(&mut self, b: &Batch) -> Option<u64> {
         let anchor = *self.anchor.get_or_insert(b.start_ns);
-        let anchor_before = self.anchor;
+        let before = self.anchor;
         // Keep the kernel's 10 ms bins on our cells: after an interval change the intervals
         // start at another phase; move the grid by that fraction of a cell.
         if b.bin_width_ns == CELL_NS {
@@ -273,6 +272,14 @@ impl ProcTable {
                 self.pins.insert(*cur);
             }
         }
+        before
+    }
+
+    /// Fold one interval in. Touches the entries this Batch names, those charged or pinned
+    /// by the last one, those whose CPU% is not yet back to 0, and those due to be trimmed or
+    /// forgotten: never every entry (except after the cell grid moved, see below).
+    pub fn ingest(&mut self, b: &Batch) {
+        let anchor_before = self.begin_batch(b);
         // Only the last Batch's charged and kernel-pinned entries can hold either.
         for k in std::mem::take(&mut self.charged) {
             if let Some(e) = self.entries.get_mut(&k)
@@ -459,34 +466,7 @@ impl ProcTable {
     /// Batch. The reference `ingest` must equal (tests only).
     #[cfg(test)]
     fn ingest_full(&mut self, b: &Batch) {
-        let anchor = *self.anchor.get_or_insert(b.start_ns);
-        // Keep the kernel's 10 ms bins on our cells: after an interval change the intervals
-        // start at another phase; move the grid by that fraction of a cell.
-        if b.bin_width_ns == CELL_NS {
-            let phase = b.start_ns.saturating_sub(anchor) % CELL_NS;
-            if phase > CELL_NS / 10 && phase < CELL_NS - CELL_NS / 10 {
-                self.anchor = Some(anchor + phase);
-            }
-        }
-        self.now_ns = self.now_ns.max(b.end_ns);
-        for p in &b.procs {
-            self.info_for(p, b.end_ns);
-        }
-        // Pins given by pid alone (`-p`) become pins of the process once it is known.
-        let by_pid: Vec<ProcKey> = self
-            .pins
-            .iter()
-            .filter(|k| k.start_ticks == 0)
-            .copied()
-            .collect();
-        for k in by_pid {
-            if let Some(cur) = self.current.get(&k.pid)
-                && cur.start_ticks != 0
-            {
-                self.pins.remove(&k);
-                self.pins.insert(*cur);
-            }
-        }
+        self.begin_batch(b);
         for e in self.entries.values_mut() {
             if e.exited_ns.is_none() {
                 e.last_ns = 0;

@@ -409,15 +409,9 @@ fn pingpong(round_trips: u64, cpu: usize) {
     }
 }
 
-/// CPU time of this process so far (CLOCK_PROCESS_CPUTIME_ID), in ns.
+/// CPU time of this process so far, ns.
 fn process_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a pointer to a timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    cpu_clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 fn idle(procs: u32) {
@@ -538,12 +532,17 @@ fn syscalls(calls: u64, kind: &str) {
 
 /// CPU time of the calling thread, ns.
 fn thread_cpu_ns() -> u64 {
+    cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// A CPU-time clock (`CLOCK_PROCESS_CPUTIME_ID` or `CLOCK_THREAD_CPUTIME_ID`), ns.
+fn cpu_clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid out-pointer; CLOCK_THREAD_CPUTIME_ID always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    // SAFETY: a valid out-pointer; both CPU-time clocks always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
