@@ -3,7 +3,10 @@
 //! the fallback for a CPU that does not switch in time (see `ebee_shared::cpu`).
 
 use aya_ebpf::{
-    helpers::bpf_get_smp_processor_id,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
+        bpf_probe_read_kernel,
+    },
     macros::{btf_tracepoint, raw_tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
@@ -142,14 +145,17 @@ fn charge(s: &CpuState, tgid: u32, start: u64, end: u64) {
 }
 
 /// The fallback that closes a CPU's interval when no switch did it in time (a CPU ebee-top
-/// cannot place a thread on, or one that stays busy past the deadline): run by userspace on
-/// that CPU with BPF_PROG_TEST_RUN and BPF_F_TEST_RUN_ON_CPU (an IPI, or directly with
-/// preemption off on the caller's own CPU), never attached. Its context is a
+/// cannot place a thread on, or one a real-time task keeps busy): run by userspace on that CPU
+/// with BPF_PROG_TEST_RUN and BPF_F_TEST_RUN_ON_CPU (an IPI, or directly with preemption off
+/// on the caller's own CPU), never attached. Its context is a
 /// [`ebee_shared::cpu::CpuFlipArgs`].
 ///
-/// It cannot read the scheduler's task clock here, so it splits nothing: the slice running
-/// since the last switch goes wholly to the new interval. Neither it nor `sched_switch` can
-/// interrupt the other on one CPU, so once it returns this CPU writes only the new interval.
+/// The scheduler's task clock cannot be read "now" here, but the running task's
+/// `se.exec_start` is where the scheduler last brought it up to date (at the latest, the last
+/// tick): its slice up to there goes to the closing interval, the rest to the new one. So a
+/// task that never leaves its CPU still shows in every interval, off by at most a tick.
+/// Neither this nor `sched_switch` can interrupt the other on one CPU, so once it returns this
+/// CPU writes only the new interval.
 #[raw_tracepoint(tracepoint = "ebee_cpu_flip")]
 pub fn cpu_flip(ctx: RawTracePointContext) -> i32 {
     let Some(st) = CPU_STATE.get_ptr_mut(0) else {
@@ -158,15 +164,34 @@ pub fn cpu_flip(ctx: RawTracePointContext) -> i32 {
     // SAFETY: this CPU's value; see `try_sched_switch` for why nothing else writes it now.
     let s = unsafe { &mut *st };
     let epoch = ctx.arg::<u64>(0);
-    if s.epoch != epoch {
-        s.bins = BinCfg {
-            width_ns: ctx.arg::<u64>(1),
-            recip: ctx.arg::<u64>(2),
-            unit_shift: ctx.arg::<u64>(3),
-        };
-        s.flip_ts = s.last_ts;
-        s.epoch = epoch;
+    if s.epoch == epoch {
+        return 0;
     }
+    // SAFETY: plain helper calls.
+    let (cur, task) = unsafe {
+        (
+            (bpf_get_current_pid_tgid() >> 32) as u32,
+            bpf_get_current_task(),
+        )
+    };
+    if cur != 0 && task != 0 {
+        let at = task + global(&TASK_EXEC_START_OFF) as u64;
+        // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+        if let Ok(upto) = unsafe { bpf_probe_read_kernel(at as *const u64) } {
+            let start = s.last_ts;
+            if start != 0 && upto > start {
+                charge(s, cur, start, upto);
+                s.last_ts = upto;
+            }
+        }
+    }
+    s.bins = BinCfg {
+        width_ns: ctx.arg::<u64>(1),
+        recip: ctx.arg::<u64>(2),
+        unit_shift: ctx.arg::<u64>(3),
+    };
+    s.flip_ts = s.last_ts;
+    s.epoch = epoch;
     0
 }
 

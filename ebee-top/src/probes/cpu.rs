@@ -125,6 +125,50 @@ pub fn merge_sketches<'a>(
     m.into_rows()
 }
 
+/// Which CPUs did not switch when kicked. A CPU whose thread cannot run there (a real-time
+/// task hogs it, or its CPU set changed) would cost every drain the whole deadline; after a few
+/// misses in a row it goes straight to the IPI, and is tried with a kick again now and then.
+#[derive(Debug)]
+struct Stragglers {
+    misses: Vec<u32>,
+    drains: u64,
+}
+
+/// Misses in a row after which a CPU is no longer waited for.
+const GIVE_UP_AFTER: u32 = 3;
+/// Every this many drains, a CPU given up on is waited for again.
+const RETRY_EVERY: u64 = 100;
+
+impl Stragglers {
+    fn new(ncpus: usize) -> Self {
+        Self {
+            misses: vec![0; ncpus],
+            drains: 0,
+        }
+    }
+
+    fn start_drain(&mut self) {
+        self.drains += 1;
+    }
+
+    /// Whether to kick `cpu` and wait for its switch in this drain.
+    fn wait_for(&self, cpu: usize) -> bool {
+        self.misses.get(cpu).is_none_or(|&m| m < GIVE_UP_AFTER) || self.drains % RETRY_EVERY == 0
+    }
+
+    fn switched(&mut self, cpu: usize) {
+        if let Some(m) = self.misses.get_mut(cpu) {
+            *m = 0;
+        }
+    }
+
+    fn missed(&mut self, cpu: usize) {
+        if let Some(m) = self.misses.get_mut(cpu) {
+            *m = m.saturating_add(1);
+        }
+    }
+}
+
 /// Userspace state of the CPU pipeline between drains.
 pub(super) struct CpuDrain {
     state: PerCpuArray<MapData, CpuState>,
@@ -136,6 +180,8 @@ pub(super) struct CpuDrain {
     flipper: Flipper,
     /// A thread on each CPU, woken to make it switch.
     kickers: Kickers,
+    /// CPUs whose thread did not make them switch lately.
+    stragglers: Stragglers,
     ncpus: usize,
     /// Epoch word of the interval being written.
     epoch: u64,
@@ -168,6 +214,7 @@ impl CpuDrain {
             pending_trace: Vec::new(),
             flipper,
             kickers: Kickers::start(ncpus),
+            stragglers: Stragglers::new(ncpus),
             ncpus,
             epoch,
             bins,
@@ -199,54 +246,66 @@ impl CpuDrain {
     /// (or could not be moved).
     fn close_all(&mut self, epoch: u64) -> Result<u64, aya::maps::MapError> {
         let start = Instant::now();
-        let mut left: Vec<usize> = (0..self.ncpus).collect();
-        let mut last_kick = start;
+        self.stragglers.start_drain();
+        // CPUs we wait for (kicked); the others go straight to the IPI.
+        let mut left: Vec<usize> = (0..self.ncpus)
+            .filter(|&cpu| self.kickers.has(cpu) && self.stragglers.wait_for(cpu))
+            .collect();
         for &cpu in &left {
             self.kickers.kick(cpu);
         }
+        let args = CpuFlipArgs {
+            epoch,
+            bins: self.bins,
+        };
         let mut moved = 0;
-        loop {
+        for cpu in 0..self.ncpus {
+            if !left.contains(&cpu) {
+                moved += self.move_by_ipi(cpu, &args);
+            }
+        }
+        let mut last_kick = start;
+        while !left.is_empty() {
             let states = self.state.get(&0, 0)?;
-            left.retain(|&cpu| states.get(cpu).is_some_and(|s| s.epoch != epoch));
-            if left.is_empty() {
-                return Ok(moved);
-            }
+            let stragglers = &mut self.stragglers;
+            left.retain(|&cpu| {
+                let flipped = states.get(cpu).is_none_or(|s| s.epoch == epoch);
+                if flipped {
+                    stragglers.switched(cpu);
+                }
+                !flipped
+            });
             let now = Instant::now();
-            // CPUs without a thread have no way to switch for us: straight to the IPI.
-            let late = now.duration_since(start) > SWITCH_DEADLINE;
-            let args = CpuFlipArgs {
-                epoch,
-                bins: self.bins,
-            };
-            let mut still = Vec::new();
-            for &cpu in &left {
-                let has_thread = self.kickers.has(cpu);
-                if late || !has_thread {
-                    match self.flipper.run_on_cpu(cpu as u32, &args) {
-                        // Offline: it runs no programs and writes nothing.
-                        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
-                        // The usual way for a CPU we cannot place a thread on.
-                        Ok(()) if !has_thread => {}
-                        // Late, or not movable at all: counted.
-                        _ => moved += 1,
+            if now.duration_since(start) > SWITCH_DEADLINE {
+                for cpu in std::mem::take(&mut left) {
+                    self.stragglers.missed(cpu);
+                    moved += self.move_by_ipi(cpu, &args);
+                }
+            } else if !left.is_empty() {
+                if now.duration_since(last_kick) > KICK_AGAIN {
+                    // A thread that was still awake from the last round took the kick without
+                    // switching; kick again.
+                    for &cpu in &left {
+                        self.kickers.kick(cpu);
                     }
-                } else {
-                    still.push(cpu);
+                    last_kick = now;
                 }
+                std::thread::sleep(Duration::from_micros(50));
             }
-            left = still;
-            if left.is_empty() {
-                return Ok(moved);
-            }
-            if now.duration_since(last_kick) > KICK_AGAIN {
-                // A thread that was still awake from the last round took the kick without
-                // switching; kick again.
-                for &cpu in &left {
-                    self.kickers.kick(cpu);
-                }
-                last_kick = now;
-            }
-            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(moved)
+    }
+
+    /// Move `cpu` to the interval in `args` by IPI; 1 if that counts as a CPU that did not
+    /// switch in time, else 0.
+    fn move_by_ipi(&self, cpu: usize, args: &CpuFlipArgs) -> u64 {
+        match self.flipper.run_on_cpu(cpu as u32, args) {
+            // Offline: it runs no programs and writes nothing.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => 0,
+            // The usual way for a CPU we cannot place a thread on.
+            Ok(()) if !self.kickers.has(cpu) => 0,
+            // It has a thread but did not switch, or could not be moved at all.
+            _ => 1,
         }
     }
 
@@ -311,5 +370,34 @@ impl CpuDrain {
             raw.sketches = Some(sketches);
         }
         Ok(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cpu_that_keeps_missing_is_given_up_on_and_retried() {
+        let mut s = Stragglers::new(2);
+        for _ in 0..GIVE_UP_AFTER {
+            s.start_drain();
+            assert!(s.wait_for(1));
+            s.missed(1);
+        }
+        s.start_drain();
+        assert!(
+            !s.wait_for(1),
+            "waited for a CPU that missed {GIVE_UP_AFTER} times"
+        );
+        assert!(s.wait_for(0), "the other CPU is unaffected");
+        // Tried again every RETRY_EVERY drains; one switch makes it a normal CPU again.
+        while s.drains % RETRY_EVERY != 0 {
+            s.start_drain();
+        }
+        assert!(s.wait_for(1));
+        s.switched(1);
+        s.start_drain();
+        assert!(s.wait_for(1));
     }
 }
