@@ -235,3 +235,50 @@ fn userspace_replay_of_the_trace_equals_the_kernel_sketch() {
     }
     assert!(updates > 1000, "only {updates} updates traced");
 }
+
+/// A real-time task that never leaves its CPU: ebee-top's kick thread (lowest real-time
+/// priority) cannot make that CPU switch, so the IPI fallback closes its intervals. The task
+/// must still be charged in every interval, within a scheduler tick, and not in one lump at its
+/// next switch.
+#[test]
+fn a_real_time_spinner_is_charged_in_every_interval() {
+    if !privileged("a_real_time_spinner_is_charged_in_every_interval") {
+        return;
+    }
+    let spinner = ebee_tests::Proc(
+        std::process::Command::new("taskset")
+            .args(["-c", "1", "chrt", "-f", "50"])
+            .arg(ebee_tests::bin("ebee-load"))
+            .args(["burn", "--duty", "1.0", "--seconds", "5"])
+            .spawn()
+            .expect("taskset/chrt (util-linux)"),
+    );
+    let pid = spinner.pid();
+    let mut p = probes(ProbeConfig::default());
+    std::thread::sleep(Duration::from_millis(300));
+    p.drain().unwrap();
+    let before = schedstat_ns(pid).unwrap();
+    let (mut sum, mut seen, mut moved) = (0u64, 0, 0);
+    for _ in 0..30 {
+        std::thread::sleep(TICK);
+        let raw = p.drain().unwrap();
+        let ns = ns_of(&raw, pid);
+        let len = raw.end_ns - raw.start_ns;
+        assert!(
+            ns <= len + len / 2,
+            "{ns} ns charged in an interval of {len} ns: a lump, not a share"
+        );
+        sum += ns;
+        seen += usize::from(ns > 0);
+        moved += raw.handshake_timeouts;
+    }
+    let truth = schedstat_ns(pid).unwrap() - before;
+    // Real-time throttling (95% by default) may blank an interval or two each second.
+    assert!(seen >= 25, "charged in only {seen} of 30 intervals");
+    let err = (sum as f64 - truth as f64).abs() / truth as f64;
+    assert!(
+        err < 0.1,
+        "{sum} ns over 30 intervals against schedstat's {truth} ns"
+    );
+    assert!(moved > 0, "the spinner's CPU was never moved by IPI");
+}
