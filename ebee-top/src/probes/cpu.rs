@@ -153,7 +153,8 @@ impl Stragglers {
 
     /// Whether to kick `cpu` and wait for its switch in this drain.
     fn wait_for(&self, cpu: usize) -> bool {
-        self.misses.get(cpu).is_none_or(|&m| m < GIVE_UP_AFTER) || self.drains % RETRY_EVERY == 0
+        self.misses.get(cpu).is_none_or(|&m| m < GIVE_UP_AFTER)
+            || self.drains.is_multiple_of(RETRY_EVERY)
     }
 
     fn switched(&mut self, cpu: usize) {
@@ -392,7 +393,7 @@ mod tests {
         );
         assert!(s.wait_for(0), "the other CPU is unaffected");
         // Tried again every RETRY_EVERY drains; one switch makes it a normal CPU again.
-        while s.drains % RETRY_EVERY != 0 {
+        while !s.drains.is_multiple_of(RETRY_EVERY) {
             s.start_drain();
         }
         assert!(s.wait_for(1));
