@@ -134,14 +134,23 @@ fn realtime() {
 mod tests {
     use super::*;
 
+    /// Whether this process may run on `cpu` (its affinity mask).
+    fn allowed(cpu: usize) -> bool {
+        // SAFETY: a zeroed cpu_set_t is valid; sched_getaffinity fills it for this process.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0
+                && libc::CPU_ISSET(cpu, &set)
+        }
+    }
+
     #[test]
     fn threads_start_take_kicks_and_stop() {
         let k = Kickers::start(1);
-        // CPU 0 exists everywhere; we may be kept off it only by a CPU set.
-        if k.has(0) {
-            for _ in 0..100 {
-                k.kick(0);
-            }
+        // A thread is placed on every CPU we may run on, no fewer.
+        assert_eq!(k.has(0), allowed(0));
+        for _ in 0..100 {
+            k.kick(0);
         }
         // No thread for a CPU that does not exist, and kicking it is harmless.
         assert!(!k.has(5000));
