@@ -32,6 +32,18 @@ pub fn privileged(test: &str) -> bool {
     false
 }
 
+/// Pin the calling thread to `cpu` (best effort: the benchmarks and loads that use it still
+/// run, only less steadily, where the CPU is not ours).
+pub fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity get a valid
+    // pointer and its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// A child process killed and reaped when dropped.
 pub struct Proc(pub Child);
 

@@ -269,23 +269,21 @@ fn overhead(calls: u64, rounds: u32, kind: &str) -> anyhow::Result<serde_json::V
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     r?;
-    let stat = |v: &Vec<f64>| {
-        let mut s = v.clone();
-        s.sort_by(f64::total_cmp);
-        let med = if s.is_empty() {
-            f64::NAN
-        } else {
-            s[s.len() / 2]
-        };
-        let min = s.first().copied().unwrap_or(f64::NAN);
-        json!({"median_ns": med, "min_ns": min, "runs": v})
-    };
     Ok(json!({
         "kind": kind,
         "calls": calls,
         "rounds": rounds,
-        "modes": modes.iter().zip(&res).map(|(m, v)| json!({"mode": m, "stats": stat(v)})).collect::<Vec<_>>(),
+        "modes": modes.iter().zip(&res).map(|(m, v)| json!({"mode": m, "stats": run_stats(v.clone())})).collect::<Vec<_>>(),
     }))
+}
+
+/// Median, minimum and every value of a benchmark's runs (ns).
+fn run_stats(runs: Vec<f64>) -> serde_json::Value {
+    let mut s = runs.clone();
+    s.sort_by(f64::total_cmp);
+    let med = s.get(s.len() / 2).copied().unwrap_or(f64::NAN);
+    let min = s.first().copied().unwrap_or(f64::NAN);
+    json!({"median_ns": med, "min_ns": min, "runs": runs})
 }
 
 /// One `ebee-load pingpong` run on CPU 1: (wall ns, CPU ns) per switch. With `probes`, they
@@ -320,13 +318,7 @@ fn pingpong(mut probes: Option<&mut Probes>, round_trips: u64) -> anyhow::Result
 
 fn switch_cost(round_trips: u64, rounds: u32) -> anyhow::Result<serde_json::Value> {
     // The drains run here, on CPU 0, away from the ping-pong on CPU 1.
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity get a valid
-    // pointer and its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    ebee_tests::pin_to_cpu(0);
     let exe = std::env::current_exe()?;
     let mut sleeper = std::process::Command::new(exe.with_file_name("ebee-load"))
         .args(["sleeper", "--ms", "10"])
@@ -378,18 +370,13 @@ fn switch_cost(round_trips: u64, rounds: u32) -> anyhow::Result<serde_json::Valu
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     let stats = r?;
-    let stat = |v: &Vec<(f64, f64)>, cpu: bool| {
-        let mut s: Vec<f64> = v.iter().map(|(w, c)| if cpu { *c } else { *w }).collect();
-        s.sort_by(f64::total_cmp);
-        let med = s.get(s.len() / 2).copied().unwrap_or(f64::NAN);
-        let min = s.first().copied().unwrap_or(f64::NAN);
-        json!({"median_ns": med, "min_ns": min, "runs": s})
-    };
     Ok(json!({
         "round_trips": round_trips,
         "rounds": rounds,
         "modes": modes.iter().zip(&res).map(|(m, v)| json!({
-            "mode": m, "wall": stat(v, false), "cpu": stat(v, true),
+            "mode": m,
+            "wall": run_stats(v.iter().map(|r| r.0).collect()),
+            "cpu": run_stats(v.iter().map(|r| r.1).collect()),
         })).collect::<Vec<_>>(),
         "bpf_stats": stats,
     }))

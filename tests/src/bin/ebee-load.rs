@@ -358,15 +358,6 @@ fn mem_mix(procs: u32, top_mib: f64, skew: f64, seconds: f64) {
     }
 }
 
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET and sched_setaffinity on ourselves.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
 fn pingpong(round_trips: u64, cpu: usize) {
     let mut a = [0i32; 2];
     let mut b = [0i32; 2];
@@ -377,7 +368,7 @@ fn pingpong(round_trips: u64, cpu: usize) {
             eprintln!("ebee-load: pipe failed");
             std::process::exit(1);
         }
-        pin_to_cpu(cpu);
+        ebee_tests::pin_to_cpu(cpu);
         let mut byte = 0u8;
         let p = (&mut byte as *mut u8).cast::<libc::c_void>();
         if libc::fork() == 0 {
