@@ -249,9 +249,8 @@ impl CpuDrain {
         let start = Instant::now();
         self.stragglers.start_drain();
         // CPUs we wait for (kicked); the others go straight to the IPI.
-        let mut left: Vec<usize> = (0..self.ncpus)
-            .filter(|&cpu| self.kickers.has(cpu) && self.stragglers.wait_for(cpu))
-            .collect();
+        let (mut left, now_by_ipi): (Vec<usize>, Vec<usize>) = (0..self.ncpus)
+            .partition(|&cpu| self.kickers.has(cpu) && self.stragglers.wait_for(cpu));
         for &cpu in &left {
             self.kickers.kick(cpu);
         }
@@ -260,10 +259,8 @@ impl CpuDrain {
             bins: self.bins,
         };
         let mut moved = 0;
-        for cpu in 0..self.ncpus {
-            if !left.contains(&cpu) {
-                moved += self.move_by_ipi(cpu, &args);
-            }
+        for cpu in now_by_ipi {
+            moved += self.move_by_ipi(cpu, &args);
         }
         let mut last_kick = start;
         while !left.is_empty() {
