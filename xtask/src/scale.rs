@@ -34,35 +34,43 @@ fn spawn_quiet(cmd: &mut Command) -> Result<Workload> {
     ))
 }
 
-struct Htop;
+/// Run `cmd` in a fresh 200x50 tmux session `session` (replacing one of that name); the pid
+/// of the pane's process.
+fn tmux_pane(session: &str, cmd: &str) -> Result<u32> {
+    let _ = Command::new("tmux")
+        .args(["kill-session", "-t", session])
+        .status();
+    util::status(Command::new("tmux").args([
+        "new-session",
+        "-d",
+        "-s",
+        session,
+        "-x",
+        "200",
+        "-y",
+        "50",
+        cmd,
+    ]))?;
+    std::thread::sleep(Duration::from_millis(500));
+    output(Command::new("tmux").args(["list-panes", "-t", session, "-F", "#{pane_pid}"]))
+        .and_then(|s| s.lines().next().and_then(|l| l.trim().parse().ok()))
+        .with_context(|| format!("pane pid of {cmd:?}"))
+}
+
+/// htop in a 200x50 tmux pane, its session killed when dropped.
+struct Htop {
+    session: &'static str,
+}
 impl Htop {
-    fn start(session: &str) -> Result<(Self, u32)> {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", session])
-            .status();
-        util::status(Command::new("tmux").args([
-            "new-session",
-            "-d",
-            "-s",
-            session,
-            "-x",
-            "200",
-            "-y",
-            "50",
-            "htop -d 1",
-        ]))?;
-        std::thread::sleep(Duration::from_millis(500));
-        let pid =
-            output(Command::new("tmux").args(["list-panes", "-t", session, "-F", "#{pane_pid}"]))
-                .and_then(|s| s.lines().next().and_then(|l| l.trim().parse().ok()))
-                .context("htop pane pid")?;
-        Ok((Self, pid))
+    fn start(session: &'static str) -> Result<(Self, u32)> {
+        let pid = tmux_pane(session, "htop -d 1")?;
+        Ok((Self { session }, pid))
     }
 }
 impl Drop for Htop {
     fn drop(&mut self) {
         let _ = Command::new("tmux")
-            .args(["kill-session", "-t", "ebee-htop"])
+            .args(["kill-session", "-t", self.session])
             .status();
     }
 }
@@ -74,30 +82,12 @@ struct Screen {
 impl Screen {
     fn start(session: &'static str, latency: &Path) -> Result<(Self, u32)> {
         let _ = std::fs::remove_file(latency);
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", session])
-            .status();
         let cmd = format!(
             "{} -d 0.05 --latency-report {}",
             bin("ebee-top").display(),
             latency.display()
         );
-        util::status(Command::new("tmux").args([
-            "new-session",
-            "-d",
-            "-s",
-            session,
-            "-x",
-            "200",
-            "-y",
-            "50",
-            &cmd,
-        ]))?;
-        std::thread::sleep(Duration::from_millis(500));
-        let pid =
-            output(Command::new("tmux").args(["list-panes", "-t", session, "-F", "#{pane_pid}"]))
-                .and_then(|s| s.lines().next().and_then(|l| l.trim().parse().ok()))
-                .context("ebee-top pane pid")?;
+        let pid = tmux_pane(session, &cmd)?;
         Ok((Self { session }, pid))
     }
 }
