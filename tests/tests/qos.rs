@@ -90,6 +90,48 @@ fn pct(v: &mut [u64], q: f64) -> f64 {
     v[i] as f64 / 1000.0
 }
 
+/// Client threads, each sending one request after the other to 127.0.0.1:`port` and waiting
+/// for its answer; request `i` of client `k` asks the server for `service_us(k, i)` of work.
+struct Clients {
+    run: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Clients {
+    fn start(n: u32, port: u16, service_us: fn(u32, u32) -> u32) -> Self {
+        let run = Arc::new(AtomicBool::new(true));
+        let sent = Arc::new(AtomicU64::new(0));
+        let threads = (0..n)
+            .map(|k| {
+                let (run, sent) = (run.clone(), sent.clone());
+                std::thread::spawn(move || {
+                    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    c.set_nodelay(true).unwrap();
+                    let mut resp = [0u8; 4];
+                    let mut i = 0;
+                    while run.load(Ordering::Relaxed) {
+                        c.write_all(&service_us(k, i).to_le_bytes()).unwrap();
+                        c.read_exact(&mut resp).unwrap();
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        Self { run, sent, threads }
+    }
+
+    /// Stop every client; the requests they completed.
+    fn stop(self) -> u64 {
+        self.run.store(false, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        self.sent.load(Ordering::Relaxed)
+    }
+}
+
 #[test]
 fn tcp_server_rps_and_latency_match_its_clients() {
     if !privileged("tcp_server_rps_and_latency_match_its_clients") {
@@ -104,28 +146,8 @@ fn tcp_server_rps_and_latency_match_its_clients() {
     for _ in 0..3 {
         model.ingest(&live.next_batch().unwrap().unwrap());
     }
-    // Four clients, each sending requests one after the other: 60% at 2 ms, 40% at 20 ms.
-    let sent = Arc::new(AtomicU64::new(0));
-    let run = Arc::new(AtomicBool::new(true));
-    let clients: Vec<_> = (0..4)
-        .map(|k| {
-            let sent = sent.clone();
-            let run = run.clone();
-            std::thread::spawn(move || {
-                let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-                c.set_nodelay(true).unwrap();
-                let mut i = k;
-                let mut resp = [0u8; 4];
-                while run.load(Ordering::Relaxed) {
-                    let us: u32 = if i % 5 < 3 { 2_000 } else { 20_000 };
-                    c.write_all(&us.to_le_bytes()).unwrap();
-                    c.read_exact(&mut resp).unwrap();
-                    sent.fetch_add(1, Ordering::Relaxed);
-                    i += 1;
-                }
-            })
-        })
-        .collect();
+    // Four clients, each one request after the other: 60% at 2 ms, 40% at 20 ms.
+    let clients = Clients::start(4, port, |k, i| if (k + i) % 5 < 3 { 2_000 } else { 20_000 });
     // About 3 s of traffic, inside the model's 10 s window.
     let mut requests = 0;
     let mut n_batches = 0;
@@ -136,10 +158,7 @@ fn tcp_server_rps_and_latency_match_its_clients() {
         model.ingest(&b);
         n_batches += 1;
     }
-    run.store(false, Ordering::Relaxed);
-    for c in clients {
-        c.join().unwrap();
-    }
+    let client = clients.stop();
     // One more interval collects the answers sent after the last one.
     for _ in 0..3 {
         let b = live.next_batch().unwrap().unwrap();
@@ -147,7 +166,6 @@ fn tcp_server_rps_and_latency_match_its_clients() {
         model.ingest(&b);
     }
     stop.store(true, Ordering::Relaxed);
-    let client = sent.load(Ordering::Relaxed);
     assert!(n_batches >= 20, "only {n_batches} intervals");
     assert!(client > 200, "the clients completed only {client} requests");
     let err = (requests as f64 - client as f64).abs() / client as f64;
@@ -369,40 +387,19 @@ fn requests_on_descriptors_above_1024_are_counted() {
     for _ in 0..2 {
         live.next_batch().unwrap().unwrap();
     }
-    let sent = Arc::new(AtomicU64::new(0));
-    let run = Arc::new(AtomicBool::new(true));
-    let clients: Vec<_> = (0..2)
-        .map(|_| {
-            let sent = sent.clone();
-            let run = run.clone();
-            std::thread::spawn(move || {
-                let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-                c.set_nodelay(true).unwrap();
-                let mut resp = [0u8; 4];
-                while run.load(Ordering::Relaxed) {
-                    c.write_all(&500u32.to_le_bytes()).unwrap();
-                    c.read_exact(&mut resp).unwrap();
-                    sent.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
+    let clients = Clients::start(2, port, |_, _| 500);
     let mut requests = 0;
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(2) {
         let b = live.next_batch().unwrap().unwrap();
         requests += b.qos.procs.iter().map(|p| p.requests.requests).sum::<u64>();
     }
-    run.store(false, Ordering::Relaxed);
-    for c in clients {
-        c.join().unwrap();
-    }
+    let client = clients.stop();
     for _ in 0..3 {
         let b = live.next_batch().unwrap().unwrap();
         requests += b.qos.procs.iter().map(|p| p.requests.requests).sum::<u64>();
     }
     stop.store(true, Ordering::Relaxed);
-    let client = sent.load(Ordering::Relaxed);
     assert!(client > 200, "the clients completed only {client} requests");
     let err = (requests as f64 - client as f64).abs() / client as f64;
     assert!(
