@@ -1,11 +1,12 @@
-//! Command-line flags (clap). Parsing errors exit with code 2, like every other usage error.
+//! Command-line flags (clap types only; what they mean to each front-end is decided there).
+//! Parsing errors exit with code 2, like every other usage error.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::record::timespec::TimeSpec;
+use crate::time::TimeSpec;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -42,29 +43,6 @@ pub struct ScreenArgs {
     /// Only ASCII on screen: sparklines, borders and marks.
     #[arg(long)]
     pub ascii: bool,
-}
-
-impl ScreenArgs {
-    /// The drawing options these flags and the environment give.
-    pub fn view_opts(&self) -> crate::app::ViewOpts {
-        use crate::view::theme::Colors;
-        let env = |k: &str| std::env::var(k).ok();
-        let colors = match self.color {
-            ColorArg::Auto => Colors::detect(
-                env("NO_COLOR").as_deref(),
-                env("COLORTERM").as_deref(),
-                env("TERM").as_deref(),
-            ),
-            ColorArg::Never => Colors::None,
-            ColorArg::C16 => Colors::Ansi16,
-            ColorArg::C256 => Colors::Ansi256,
-            ColorArg::Truecolor => Colors::TrueColor,
-        };
-        crate::app::ViewOpts {
-            colors,
-            ascii: self.ascii,
-        }
-    }
 }
 
 /// ebee-top: a top for Linux whose numbers come from eBPF programs in the kernel.
@@ -382,17 +360,16 @@ mod tests {
 
     #[test]
     fn color_and_ascii_flags() {
-        use crate::view::theme::Colors;
         let c = Cli::try_parse_from(["ebee-top", "--color", "256", "--ascii"]).unwrap();
-        assert_eq!(c.screen.view_opts().colors, Colors::Ansi256);
-        assert!(c.screen.view_opts().ascii);
+        assert_eq!(c.screen.color, ColorArg::C256);
+        assert!(c.screen.ascii);
         for (v, want) in [
-            ("never", Colors::None),
-            ("16", Colors::Ansi16),
-            ("truecolor", Colors::TrueColor),
+            ("never", ColorArg::Never),
+            ("16", ColorArg::C16),
+            ("truecolor", ColorArg::Truecolor),
         ] {
             let c = Cli::try_parse_from(["ebee-top", "--color", v]).unwrap();
-            assert_eq!(c.screen.view_opts().colors, want);
+            assert_eq!(c.screen.color, want);
         }
         assert!(Cli::try_parse_from(["ebee-top", "--color", "88"]).is_err());
         let c = Cli::try_parse_from(["ebee-top", "replay", "f", "--color", "never"]).unwrap();

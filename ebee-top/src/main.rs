@@ -1,23 +1,43 @@
-//! ebee-top's entry point: parse flags, run, and turn any error into one line and an exit code.
+//! ebee-top's entry point: parse flags, check what loading needs, pick the front-end, run; any
+//! error becomes one line and an exit code.
 
 use clap::Parser as _;
+use ebee_top::cli::{Cli, Command};
+use ebee_top::{exit, frontend};
 
 fn main() {
-    let cli = match ebee_top::cli::Cli::try_parse() {
+    let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
             // --help and --version are "errors" that print to stdout and exit 0.
             let code = if e.use_stderr() {
-                ebee_top::exit::USAGE
+                exit::USAGE
             } else {
-                ebee_top::exit::OK
+                exit::OK
             };
             let _ = e.print();
             std::process::exit(code);
         }
     };
-    if let Err(e) = ebee_top::run::main(cli) {
+    if let Err(e) = run(&cli) {
         eprintln!("ebee-top: {e:#}");
-        std::process::exit(ebee_top::exit::code_for(&e));
+        std::process::exit(exit::code_for(&e));
+    }
+}
+
+fn run(cli: &Cli) -> anyhow::Result<()> {
+    // Replay and export read a file: no privileges, nothing loaded.
+    match &cli.command {
+        Some(Command::Replay(a)) => return frontend::replay::run(a),
+        Some(Command::Export(a)) => return frontend::export::run(a),
+        None => {}
+    }
+    ebee_top::preflight::check_live()?;
+    if cli.print_maps {
+        frontend::maps::run(cli)
+    } else if cli.batch {
+        frontend::lines::run(cli)
+    } else {
+        frontend::live::run(cli)
     }
 }

@@ -64,12 +64,12 @@ fuzz_target!(|data: &[u8]| {
     let n = r.len();
     let order = (0..n).chain((0..n).rev());
     for i in order.take(256) {
-        if let Ok(b) = r.batch(i) {
+        if let Ok(b) = r.read(i) {
             m.ingest(&b);
             let _ = m.top_cpu(50);
             out.clear();
-            let _ = ebee_top::output::write_json(&mut out, &m, 20);
-            let _ = ebee_top::output::write_text(&mut out, &m, 20);
+            let _ = ebee_top::frontend::lines::write_json(&mut out, &m, 20);
+            let _ = ebee_top::frontend::lines::write_text(&mut out, &m, 20);
         }
     }
     let _ = r.index_at_ms(u64::MAX / 2);

@@ -15,9 +15,9 @@ use ebee_top::batch::Batch;
 use ebee_top::model::Model;
 use ebee_top::probes::ProbeConfig;
 use ebee_top::record::writer::{RecordOptions, Writer, local_meta};
-use ebee_top::record::{Reader, Recorder, Tee};
-use ebee_top::replay::Replay;
-use ebee_top::source::{Live, Source};
+use ebee_top::record::{Reader, Recorder};
+use ebee_top::source::replay::Replay;
+use ebee_top::source::{Live, Source, Tee};
 
 fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
@@ -26,7 +26,8 @@ fn tmp() -> tempfile::TempDir {
 /// Draw the App into a test terminal and return the screen.
 fn screen(app: &App) -> ratatui::buffer::Buffer {
     let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 40)).unwrap();
-    t.draw(|f| ebee_top::view::render(app, f)).unwrap();
+    t.draw(|f| ebee_top::view::render(app, &Default::default(), f))
+        .unwrap();
     t.backend().buffer().clone()
 }
 
@@ -83,7 +84,7 @@ fn a_recorded_live_run_replays_the_same_frames_model_and_screens() {
         "the churn produced exits"
     );
 
-    let mut replay = Replay::open(&path, 1.0, false).unwrap();
+    let mut replay = Replay::new(Reader::open(&path).unwrap(), &path, 1.0, false);
     assert!(replay.reader().damage().is_empty());
     let mut app = App::new(20, interval);
     let mut live_model = Model::new();
@@ -205,7 +206,7 @@ fn kill_9_while_recording_loses_at_most_the_interval_being_written() {
         "only {n} of {printed} printed intervals recorded"
     );
     for i in 0..r.len() {
-        assert_eq!(r.batch(i).unwrap().seq, i as u64 + 1, "no gap");
+        assert_eq!(r.read(i).unwrap().seq, i as u64 + 1, "no gap");
     }
     let (code, exported, err) = ebee_top(&["export", f.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");

@@ -13,6 +13,15 @@ use crate::batch::{Batch, CpuRow, ProcInfo};
 /// How long (in intervals) an exited process stays in the ranking and the name table.
 pub const EXITED_KEEP_INTERVALS: u64 = 100;
 
+/// Intervals a Model must be fed before the one it is to show, so that what it keeps across
+/// intervals (names of exited processes, exit marks) is what it was live (export, and replay
+/// after a seek). Must cover every history the Model keeps in intervals.
+pub const WARMUP_INTERVALS: usize = EXITED_KEEP_INTERVALS as usize;
+
+/// Recorded time a Model must be fed before the interval it is to show, so the process
+/// table's burst history (60 s) is what it was live, plus a second of margin.
+pub const HISTORY_WARMUP_MS: u64 = procs::HISTORY_CELLS * procs::CELL_NS / 1_000_000 + 1_000;
+
 /// One line of the CPU ranking.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CpuEntry {

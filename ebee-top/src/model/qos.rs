@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use ebee_shared::qos::{BUCKETS, bucket_low, bucket_mid, bucket_width};
 
 use crate::batch::Batch;
-use crate::batch_qos::{QosSample, SparseHist};
+use crate::batch::qos::{QosSample, SparseHist};
 
 /// Default length of the sliding window.
 pub const WINDOW_NS: u64 = 10_000_000_000;
@@ -386,7 +386,7 @@ impl QosModel {
                     .unwrap_or(0);
                 SyscallRow {
                     nr,
-                    name: crate::syscalls::name(nr),
+                    name: crate::batch::syscalls::name(nr),
                     count: s.count,
                     per_s: rate(s.count, w.len_ns),
                     total_ns: s.total_ns,
@@ -520,7 +520,7 @@ fn interval_stats(s: &QosSample, len_ns: u64) -> QosStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch_qos::{QosBatch, RequestSample, SyscallSample};
+    use crate::batch::qos::{QosBatch, RequestSample, SyscallSample};
     use ebee_shared::qos::bucket;
 
     fn hist(values: &[(u64, u32)]) -> SparseHist {
@@ -528,7 +528,7 @@ mod tests {
         for &(v, n) in values {
             d[bucket(v)] += n;
         }
-        crate::batch_qos::sparse(&d)
+        crate::batch::qos::sparse(&d)
     }
 
     /// One 100 ms interval: `n` requests, half at 2 ms and half at 20 ms.

@@ -6,13 +6,12 @@ pub mod codec;
 pub mod format;
 pub mod reader;
 pub mod recorder;
-pub mod timespec;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
 
 pub use reader::{Damage, Reader};
-pub use recorder::{RecStatus, Recorder, Tap, Tee};
+pub use recorder::{RecStatus, Recorder, Tap};
 pub use writer::{RecordOptions, Writer};
 
 /// A recording file that cannot be used. Each variant maps to an exit code (exit.rs).

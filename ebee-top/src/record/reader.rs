@@ -18,6 +18,7 @@ use super::format::{
     RecordHead, SYNC, crc32, decode_meta, decode_preamble,
 };
 use crate::batch::Batch;
+use crate::time::TimeSpec;
 
 /// One good record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -348,7 +349,7 @@ impl<R: Read + Seek> Reader<R> {
     }
 
     /// Decode the `i`-th good record. `i` must be below `len()`.
-    pub fn batch(&mut self, i: usize) -> Result<Batch, FrameError> {
+    pub fn read(&mut self, i: usize) -> Result<Batch, FrameError> {
         if i >= self.entries.len() {
             return Err(FrameError::OutOfRange(i));
         }
@@ -359,6 +360,37 @@ impl<R: Read + Seek> Reader<R> {
     /// Index of the first record at or after wall-clock time `t_ms` (`len()` if none).
     pub fn index_at_ms(&self, t_ms: u64) -> usize {
         self.entries.partition_point(|e| e.head.t_ms < t_ms)
+    }
+
+    /// The index range of the records within the requested times (`--from`, `--to`).
+    pub fn range(&self, from: Option<TimeSpec>, to: Option<TimeSpec>) -> std::ops::Range<usize> {
+        let e = &self.entries;
+        let (Some(first), Some(last)) = (e.first(), e.last()) else {
+            return 0..0;
+        };
+        let (f, l) = (first.head.t_ms, last.head.t_ms);
+        let start = from.map_or(0, |t| self.index_at_ms(t.resolve(f, l)));
+        let end = to.map_or(e.len(), |t| {
+            let t = t.resolve(f, l);
+            e.partition_point(|x| x.head.t_ms <= t)
+        });
+        start..end.max(start)
+    }
+
+    /// The recording, refused when it holds no complete interval to play or export (the last
+    /// damage found says why). `path` only names the file in the error.
+    pub fn nonempty(self, path: &Path) -> Result<Self, RecordError> {
+        if !self.is_empty() {
+            return Ok(self);
+        }
+        let detail = match self.damage.last() {
+            Some(d) => format!(" ({d})"),
+            None => " (it ends after its header)".into(),
+        };
+        Err(RecordError::NoFrames {
+            path: path.into(),
+            detail,
+        })
     }
 }
 

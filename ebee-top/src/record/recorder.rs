@@ -7,7 +7,6 @@ use std::thread::JoinHandle;
 
 use super::writer::{Appended, Writer};
 use crate::batch::Batch;
-use crate::source::Source;
 
 /// Batches queued for the disk before new ones are dropped (5 s at the default 50 ms).
 pub const QUEUE: usize = 100;
@@ -171,30 +170,6 @@ impl Tap {
             // The thread stopped (file full, write error, finish) and said why.
             Err(TrySendError::Disconnected(_)) => {}
         }
-    }
-}
-
-/// A Source whose every batch is also recorded, exactly as the Model receives it.
-pub struct Tee<S> {
-    pub inner: S,
-    pub tap: Tap,
-}
-
-impl<S: Source> Source for Tee<S> {
-    fn next_batch(&mut self) -> anyhow::Result<Option<Batch>> {
-        let b = self.inner.next_batch()?;
-        if let Some(b) = &b {
-            self.tap.record(b);
-        }
-        Ok(b)
-    }
-
-    fn set_interval(&mut self, interval: std::time::Duration) -> anyhow::Result<()> {
-        self.inner.set_interval(interval)
-    }
-
-    fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()> {
-        self.inner.set_pins(pids)
     }
 }
 

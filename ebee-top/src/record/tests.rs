@@ -8,88 +8,8 @@ use super::format::{self, Meta, PREAMBLE_LEN, RECORD_HEAD_LEN};
 use super::reader::{self, Damage};
 use super::writer::{RecordOptions, Writer, rotated_path};
 use super::{Reader, RecordError};
-use crate::batch::{Batch, CpuRow, Dropped, Exit, MemRow, MemStats, ProcInfo};
-use crate::batch_qos::{QosBatch, QosSample, RequestSample, SyscallSample};
-
-/// A plausible interval: `n` processes with command lines, burst bins and an exit.
-pub fn batch(seq: u64, n: u32) -> Batch {
-    let start = seq * 50_000_000;
-    Batch {
-        seq,
-        t_ms: 1_700_000_000_000 + seq * 50,
-        start_ns: start,
-        end_ns: start + 50_000_000,
-        bin_width_ns: 10_000_000,
-        ncpus: 2,
-        switches: 800 + seq,
-        cpu: (0..n)
-            .map(|i| CpuRow {
-                pid: 1000 + i,
-                ns: (u64::from(n - i) * 97_531 + seq * 13) % 50_000_000,
-                bins: vec![u64::from(i) * 1000 + seq; 5],
-            })
-            .collect(),
-        cpu_exact: None,
-        procs: (0..n)
-            .map(|i| ProcInfo {
-                pid: 1000 + i,
-                start_ticks: u64::from(i) * 7,
-                comm: format!("worker-{i}"),
-                cmdline: format!("/usr/bin/worker --id {i} --config /etc/worker.toml"),
-                uid: Some(1000),
-                kthread: false,
-            })
-            .collect(),
-        exits: vec![Exit {
-            pid: 999,
-            ts_ns: start + 1,
-        }],
-        pinned: vec![],
-        dropped: Dropped {
-            sketch_evictions: seq % 3,
-            ..Default::default()
-        },
-        cost: Default::default(),
-        qos: QosBatch {
-            procs: vec![QosSample {
-                pid: 1000,
-                comm: "worker-0".into(),
-                syscalls: vec![SyscallSample {
-                    nr: 0,
-                    count: 40 + seq,
-                    total_ns: 2_000_000,
-                    max_ns: 90_000,
-                    hist: Some(vec![(120, 30), (180, 10 + seq as u32)]),
-                }],
-                requests: RequestSample {
-                    requests: 20,
-                    total_ns: 1_000_000,
-                    max_ns: 80_000,
-                    hist: vec![(150, 20)],
-                    recvs: 20,
-                    ..Default::default()
-                },
-                ..Default::default()
-            }],
-            request_model: true,
-            ..Default::default()
-        },
-        mem: (0..n)
-            .map(|i| MemRow {
-                pid: 1000 + i,
-                rss_bytes: u64::from(n - i) << 20,
-                rss_delta_bytes: if i == 0 { 4096 * seq as i64 } else { 0 },
-            })
-            .collect(),
-        mem_exact: None,
-        mem_stats: MemStats {
-            available: true,
-            events: 10 + seq,
-            tracked: u64::from(n),
-            ..Default::default()
-        },
-    }
-}
+use crate::batch::Batch;
+use crate::batch::build::plausible;
 
 fn opts(path: &Path) -> RecordOptions {
     RecordOptions {
@@ -112,7 +32,7 @@ fn meta() -> Meta {
 }
 
 /// Record `batches` to a fresh file; returns the directory (kept alive) and the file bytes.
-fn record(batches: &[Batch]) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
+pub(crate) fn record(batches: &[Batch]) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rec.ebr");
     let mut w = Writer::create(opts(&path), meta()).unwrap();
@@ -126,12 +46,14 @@ fn record(batches: &[Batch]) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>)
 }
 
 fn all(r: &mut Reader<impl std::io::Read + std::io::Seek>) -> Vec<Batch> {
-    (0..r.len()).map(|i| r.batch(i).unwrap()).collect()
+    (0..r.len()).map(|i| r.read(i).unwrap()).collect()
 }
 
 #[test]
 fn round_trip_is_exact() {
-    let batches: Vec<Batch> = (1..=250).map(|s| batch(s, 30 + (s % 7) as u32)).collect();
+    let batches: Vec<Batch> = (1..=250)
+        .map(|s| plausible(s, 30 + (s % 7) as u32))
+        .collect();
     let (_d, path, _) = record(&batches);
     let mut r = Reader::open(&path).unwrap();
     assert_eq!(r.meta(), &meta());
@@ -139,7 +61,7 @@ fn round_trip_is_exact() {
     assert_eq!(all(&mut r), batches);
     // Random access in any order gives the same.
     for i in [249, 0, 101, 100, 99, 3] {
-        assert_eq!(r.batch(i).unwrap(), batches[i]);
+        assert_eq!(r.read(i).unwrap(), batches[i]);
     }
     // More than one key record, and deltas in between.
     let keys = r
@@ -152,7 +74,7 @@ fn round_trip_is_exact() {
 
 #[test]
 fn files_are_0600_and_never_overwritten_without_force() {
-    let (_d, path, _) = record(&[batch(1, 3)]);
+    let (_d, path, _) = record(&[plausible(1, 3)]);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
     assert!(matches!(
@@ -162,10 +84,10 @@ fn files_are_0600_and_never_overwritten_without_force() {
     let mut o = opts(&path);
     o.force = true;
     let mut w = Writer::create(o, meta()).unwrap();
-    w.append(&batch(5, 1)).unwrap();
+    w.append(&plausible(5, 1)).unwrap();
     drop(w);
     let mut r = Reader::open(&path).unwrap();
-    assert_eq!(all(&mut r), vec![batch(5, 1)]);
+    assert_eq!(all(&mut r), vec![plausible(5, 1)]);
 }
 
 #[test]
@@ -207,7 +129,7 @@ fn bad_files_give_one_clear_error() {
     std::fs::write(p("json"), b"{\"t_ms\": 1}\n").unwrap();
     assert!(matches!(err(&p("json")), RecordError::NotRecording(_)));
 
-    let (_d, _, bytes) = record(&[batch(1, 2)]);
+    let (_d, _, bytes) = record(&[plausible(1, 2)]);
     let mut newer = bytes.clone();
     newer[8] = 9;
     std::fs::write(p("newer"), &newer).unwrap();
@@ -244,7 +166,7 @@ fn header_len(bytes: &[u8]) -> usize {
 
 #[test]
 fn truncation_at_every_byte_keeps_every_complete_record() {
-    let batches: Vec<Batch> = (1..=12).map(|s| batch(s, 4)).collect();
+    let batches: Vec<Batch> = (1..=12).map(|s| plausible(s, 4)).collect();
     let (_d, _, bytes) = record(&batches);
     let hl = header_len(&bytes);
     let r = reader::from_bytes(&bytes).unwrap();
@@ -279,7 +201,7 @@ fn truncation_at_every_byte_keeps_every_complete_record() {
 
 #[test]
 fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
-    let batches: Vec<Batch> = (1..=10).map(|s| batch(s, 6)).collect();
+    let batches: Vec<Batch> = (1..=10).map(|s| plausible(s, 6)).collect();
     let (_d, _, bytes) = record(&batches);
     let r = reader::from_bytes(&bytes).unwrap();
     let entries = r.entries().to_vec();
@@ -304,7 +226,7 @@ fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
 
 #[test]
 fn a_damaged_record_head_is_skipped_by_finding_the_next_one() {
-    let batches: Vec<Batch> = (1..=6).map(|s| batch(s, 6)).collect();
+    let batches: Vec<Batch> = (1..=6).map(|s| plausible(s, 6)).collect();
     let (_d, _, bytes) = record(&batches);
     let r = reader::from_bytes(&bytes).unwrap();
     let e = r.entries()[2];
@@ -325,7 +247,7 @@ fn a_damaged_record_head_is_skipped_by_finding_the_next_one() {
 
 #[test]
 fn bit_flips_never_panic_and_never_invent_data() {
-    let batches: Vec<Batch> = (1..=4).map(|s| batch(s, 3)).collect();
+    let batches: Vec<Batch> = (1..=4).map(|s| plausible(s, 3)).collect();
     let (_d, _, bytes) = record(&batches);
     for bit in 0..bytes.len() * 8 {
         let mut b = bytes.clone();
@@ -333,7 +255,7 @@ fn bit_flips_never_panic_and_never_invent_data() {
         if let Ok(mut r) = reader::from_bytes(&b) {
             for i in 0..r.len() {
                 // Whatever decodes is one of the recorded batches, unchanged.
-                if let Ok(got) = r.batch(i) {
+                if let Ok(got) = r.read(i) {
                     assert!(batches.contains(&got), "bit {bit}: invented {got:?}");
                 }
             }
@@ -373,7 +295,7 @@ fn max_size_stops_or_rotates() {
     let mut w = Writer::create(o.clone(), meta()).unwrap();
     let mut n = 0;
     loop {
-        match w.append(&batch(n + 1, 20)).unwrap() {
+        match w.append(&plausible(n + 1, 20)).unwrap() {
             super::writer::Appended::Written => n += 1,
             super::writer::Appended::Full => break,
             super::writer::Appended::Rotated => panic!("rotation is off"),
@@ -391,7 +313,7 @@ fn max_size_stops_or_rotates() {
     let mut w = Writer::create(o, meta()).unwrap();
     let mut rotations = 0;
     for s in 1..=(4 * n + 3) {
-        if w.append(&batch(s, 20)).unwrap() == super::writer::Appended::Rotated {
+        if w.append(&plausible(s, 20)).unwrap() == super::writer::Appended::Rotated {
             rotations += 1;
         }
     }
@@ -413,10 +335,10 @@ fn max_size_stops_or_rotates() {
 #[test]
 fn newer_fields_in_a_batch_are_ignored_and_missing_ones_default() {
     // A payload written by a later ebee-top with an extra field, and one without `cost`.
-    let mut v = serde_json::to_value(batch(1, 2)).unwrap();
+    let mut v = serde_json::to_value(plausible(1, 2)).unwrap();
     v["future_table"] = serde_json::json!([{"x": 1}]);
     v.as_object_mut().unwrap().remove("cost");
     let raw = serde_json::to_vec(&v).unwrap();
     let b = super::codec::parse_batch(&raw).unwrap();
-    assert_eq!(b, batch(1, 2));
+    assert_eq!(b, plausible(1, 2));
 }

@@ -11,13 +11,14 @@ use ratatui::{
 
 use crate::app::App;
 use crate::model::procs::{CELL_NS, HISTORY_CELLS};
+use crate::view::theme::Theme;
 use crate::view::theme::spark;
 
 /// Rows the pane takes.
 pub const HEIGHT: u16 = 9;
 
-pub fn render(app: &App, f: &mut Frame, area: Rect) {
-    let c = app.opts.colors;
+pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
+    let c = t.colors;
     let Some(e) = app.selected_entry() else {
         return;
     };
@@ -36,7 +37,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
         per_row * rows * CELL_NS / 1_000_000_000,
         per_col * CELL_NS / 1_000_000
     );
-    let block = crate::view::theme::pane(app, title);
+    let block = t.pane(title);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let now = app.shown().table.now_cell();
@@ -49,13 +50,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
             let ago_s = (rows - i as u64) * per_row * CELL_NS / 1_000_000_000;
             let s: String = row
                 .chunks(per_col as usize)
-                .map(|col| {
-                    spark(
-                        col.iter().copied().max().unwrap_or(0),
-                        CELL_NS,
-                        app.opts.ascii,
-                    )
-                })
+                .map(|col| spark(col.iter().copied().max().unwrap_or(0), CELL_NS, t.ascii))
                 .collect();
             Line::from(vec![
                 Span::raw(format!("{:>5} ", format!("-{ago_s}s"))),

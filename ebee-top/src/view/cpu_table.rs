@@ -13,6 +13,7 @@ use ratatui::{
 
 use crate::app::App;
 use crate::model::procs::CELL_NS;
+use crate::view::theme::Theme;
 use crate::view::theme::sparkline;
 
 /// Columns of the burst sparkline for a table `width` wide.
@@ -53,8 +54,8 @@ fn short_command(cmd: &str) -> String {
     }
 }
 
-pub fn render(app: &App, f: &mut Frame, area: Rect) {
-    let c = app.opts.colors;
+pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
+    let c = t.colors;
     let m = app.shown();
     let now = m.table.now_cell();
     let bw = burst_width(area.width);
@@ -76,7 +77,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
                 Some(u) => app.users.get(&u).cloned().unwrap_or_else(|| u.to_string()),
                 None => "?".into(),
             };
-            let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, app.opts.ascii);
+            let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii);
             let mut cmd = e.command();
             // "(exited) " goes first, so a narrow column still shows it.
             let mark = if e.exited() { "(exited) " } else { "" };

@@ -3,9 +3,10 @@
 use ratatui::{Frame, layout::Rect, text::Line, widgets::Paragraph};
 
 use crate::app::App;
+use crate::view::theme::Theme;
 
-pub fn render(app: &App, f: &mut Frame, area: Rect) {
-    let c = app.opts.colors;
+pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
+    let c = t.colors;
     let line = if app.filter_editing {
         Line::from(format!(
             "filter (name or pid): {}_   Enter keep, Esc clear",

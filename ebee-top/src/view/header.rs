@@ -9,6 +9,7 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::view::theme::Theme;
 
 /// Lines the header takes: a third one when something was lost or there is room.
 pub fn height(app: &App, area: Rect) -> u16 {
@@ -37,8 +38,8 @@ fn gib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / (1024.0 * 1024.0))
 }
 
-pub fn render(app: &App, f: &mut Frame, area: Rect) {
-    let c = app.opts.colors;
+pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
+    let c = t.colors;
     let m = app.shown();
     let mut first = vec![Span::styled("ebee-top", c.title())];
     match &app.host {
@@ -62,7 +63,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
         }
     }
     if let Some(b) = m.latest() {
-        first.push(Span::raw(format!("  {}", crate::output::fmt_wall(b.t_ms))));
+        first.push(Span::raw(format!("  {}", crate::time::fmt_wall(b.t_ms))));
     }
     if app.paused {
         first.push(Span::styled("  [paused]", c.warn()));

@@ -10,6 +10,7 @@ use ratatui::{
 };
 
 use crate::app::{App, SortBy};
+use crate::view::theme::Theme;
 
 /// Below this height the pane is left out (the CPU table's RES column remains).
 pub const MIN_HEIGHT: u16 = 6;
@@ -23,8 +24,8 @@ pub fn rate(bps: f64) -> String {
     format!("{sign}{}/s", super::cpu_table::bytes(bps.abs() as u64))
 }
 
-pub fn render(app: &App, f: &mut Frame, area: Rect) {
-    let c = app.opts.colors;
+pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
+    let c = t.colors;
     let m = app.shown();
     let by_growth = app.sort == SortBy::Mem;
     // With `M` the process table is ranked by RES, so this pane ranks by growth: both
@@ -34,7 +35,7 @@ pub fn render(app: &App, f: &mut Frame, area: Rect) {
     } else {
         " MEMORY by RES "
     };
-    let block = crate::view::theme::pane(app, title);
+    let block = t.pane(title);
     let inner = block.inner(area);
     f.render_widget(block, area);
     if !m.mem.available {

@@ -1,4 +1,5 @@
-//! Drawing: one file per screen region. Views read the App; they never do I/O.
+//! Drawing: one file per screen region, each a function of the App and the [`Theme`]. Views
+//! never do I/O and never change the App.
 //!
 //! Layout, by priority when space is short: the header (2 lines), the CPU table, the footer
 //! (status, filter or key hints; the replay timeline or the recording status), then the QoS
@@ -23,6 +24,7 @@ use ratatui::{
 };
 
 use crate::app::{App, Overlay};
+use theme::Theme;
 
 /// The smallest terminal we draw into; below it we say so instead.
 pub const MIN_WIDTH: u16 = 50;
@@ -32,7 +34,7 @@ const WIDE: u16 = 150;
 /// From this height the QoS pane gets its full height below the table.
 const TALL: u16 = 36;
 
-pub fn render(app: &App, f: &mut Frame) {
+pub fn render(app: &App, t: &Theme, f: &mut Frame) {
     let area = f.area();
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         let msg = format!(
@@ -53,7 +55,7 @@ pub fn render(app: &App, f: &mut Frame) {
         Constraint::Length(timeline::height(app)),
     ])
     .areas(area);
-    header::render(app, f, head);
+    header::render(app, t, f, head);
     let qos_pid = app.qos_pid();
     let (left, qos_area) = match qos_pid {
         Some(_) if body.width >= WIDE => {
@@ -104,21 +106,21 @@ pub fn render(app: &App, f: &mut Frame) {
     } else {
         (left, None)
     };
-    cpu_table::render(app, f, cpu);
+    cpu_table::render(app, t, f, cpu);
     if let Some(m) = mem_area {
-        mem_table::render(app, f, m);
+        mem_table::render(app, t, f, m);
     }
     if let (Some(pid), Some(a)) = (qos_pid, qos_area) {
-        qos::render(app, pid, f, a);
+        qos::render(app, t, pid, f, a);
     }
     if let Some(b) = burst_area {
-        burst::render(app, f, b);
+        burst::render(app, t, f, b);
     }
-    footer::render(app, f, foot);
-    timeline::render(app, f, tl);
+    footer::render(app, t, f, foot);
+    timeline::render(app, t, f, tl);
     match &app.overlay {
-        Some(Overlay::Help) => overlay::help(app, f, area),
-        Some(Overlay::Details(k, d)) => overlay::details(app, *k, d.as_deref(), f, area),
+        Some(Overlay::Help) => overlay::help(app, t, f, area),
+        Some(Overlay::Details(k, d)) => overlay::details(app, t, *k, d.as_deref(), f, area),
         None => {}
     }
 }
@@ -152,4 +154,4 @@ pub fn fmt_us(us: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -8,8 +8,9 @@ use ratatui::{
 };
 
 use crate::app::App;
-use crate::host::Details;
 use crate::model::procs::ProcKey;
+use crate::os::details::Details;
+use crate::view::theme::Theme;
 use crate::view::theme::border_set;
 
 /// The keys, as the help screen lists them (the README's table says the same).
@@ -48,25 +49,25 @@ fn centered(area: Rect, w: u16, h: u16) -> Rect {
     c
 }
 
-fn block(app: &App, title: &str) -> Block<'static> {
+fn block(t: &Theme, title: &str) -> Block<'static> {
     Block::default()
         .borders(Borders::ALL)
-        .border_set(border_set(app.opts.ascii))
-        .border_style(app.opts.colors.border())
-        .title(Line::styled(format!(" {title} "), app.opts.colors.title()))
+        .border_set(border_set(t.ascii))
+        .border_style(t.colors.border())
+        .title(Line::styled(format!(" {title} "), t.colors.title()))
 }
 
-pub fn help(app: &App, f: &mut Frame, area: Rect) {
+pub fn help(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let mut lines: Vec<Line> = HELP
         .iter()
         .map(|(k, v)| Line::from(format!("{k:<14} {v}")))
         .collect();
     if app.replay.is_some() {
         lines.push(Line::from(""));
-        let keys = if app.opts.ascii {
-            super::timeline::asciify(crate::replay::KEYS)
+        let keys = if t.ascii {
+            super::timeline::asciify(crate::app::REPLAY_KEYS)
         } else {
-            crate::replay::KEYS.to_string()
+            crate::app::REPLAY_KEYS.to_string()
         };
         lines.push(Line::from(format!("replay: {keys}")));
     }
@@ -74,13 +75,13 @@ pub fn help(app: &App, f: &mut Frame, area: Rect) {
     f.render_widget(Clear, r);
     f.render_widget(
         Paragraph::new(lines)
-            .block(block(app, "keys"))
+            .block(block(t, "keys"))
             .wrap(Wrap { trim: false }),
         r,
     );
 }
 
-pub fn details(app: &App, key: ProcKey, d: Option<&Details>, f: &mut Frame, area: Rect) {
+pub fn details(app: &App, t: &Theme, key: ProcKey, d: Option<&Details>, f: &mut Frame, area: Rect) {
     let m = app.shown();
     let e = m.table.get(&key);
     let mut lines = Vec::new();
@@ -95,7 +96,7 @@ pub fn details(app: &App, key: ProcKey, d: Option<&Details>, f: &mut Frame, area
             };
             lines.push(Line::from(format!("command  {cmd}")));
             if let Some(n) = &d.note {
-                lines.push(Line::styled(n.clone(), app.opts.colors.warn()));
+                lines.push(Line::styled(n.clone(), t.colors.warn()));
             } else {
                 lines.push(Line::from(format!(
                     "name     {}  state {}",
@@ -134,7 +135,7 @@ pub fn details(app: &App, key: ProcKey, d: Option<&Details>, f: &mut Frame, area
     f.render_widget(Clear, r);
     f.render_widget(
         Paragraph::new(lines)
-            .block(block(app, &format!("pid {}", key.pid)))
+            .block(block(t, &format!("pid {}", key.pid)))
             .wrap(Wrap { trim: false }),
         r,
     );

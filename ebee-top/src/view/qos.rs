@@ -11,6 +11,7 @@ use ratatui::{
 
 use crate::app::{App, Focus};
 use crate::model::qos::{HistOf, QosStats};
+use crate::view::theme::Theme;
 use crate::view::theme::sparkline;
 use crate::view::{fmt_ns, fmt_us};
 
@@ -44,8 +45,8 @@ fn tail(vals: impl Iterator<Item = f64>, n: usize) -> (Vec<u64>, u64) {
     (s, max)
 }
 
-pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
-    let c = app.opts.colors;
+pub fn render(app: &App, t: &Theme, pid: u32, f: &mut Frame, area: Rect) {
+    let c = t.colors;
     let m = app.shown();
     let Some(v) = m.qos.view(pid) else {
         return;
@@ -64,7 +65,7 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
         ""
     };
     let title = format!(" QoS {pid} {} [{state}] {kind}{focus} ", v.comm);
-    let block = crate::view::theme::pane(app, title);
+    let block = t.pane(title);
     let inner = block.inner(area);
     f.render_widget(block, area);
     let w = inner.width as usize;
@@ -90,7 +91,7 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
         let label = if v.server { "p99   " } else { "sys/s " };
         lines.push(Line::from(vec![
             Span::raw(label),
-            Span::styled(sparkline(&s, max, app.opts.ascii), c.latency()),
+            Span::styled(sparkline(&s, max, t.ascii), c.latency()),
         ]));
         let top: Vec<String> = v
             .top_syscalls
@@ -120,7 +121,7 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
         let (s, max) = tail(vals.into_iter(), n);
         lines.push(Line::from(vec![
             Span::raw(label),
-            Span::styled(sparkline(&s, max, app.opts.ascii), c.latency()),
+            Span::styled(sparkline(&s, max, t.ascii), c.latency()),
         ]));
     }
     let room = (inner.height as usize).saturating_sub(lines.len());
@@ -165,7 +166,7 @@ pub fn render(app: &App, pid: u32, f: &mut Frame, area: Rect) {
                 ((b.count as u128 * bar_w as u128).div_ceil(max as u128)) as usize
             };
             let bar: String =
-                std::iter::repeat_n(if app.opts.ascii { '#' } else { '\u{2588}' }, len).collect();
+                std::iter::repeat_n(if t.ascii { '#' } else { '\u{2588}' }, len).collect();
             lines.push(Line::from(vec![
                 Span::raw(format!("{:>8}-{:<8} ", fmt_ns(b.lo_ns), fmt_ns(b.hi_ns))),
                 Span::styled(format!("{bar:<bar_w$}"), c.latency()),

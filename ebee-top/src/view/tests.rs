@@ -3,26 +3,38 @@
 
 use std::time::Duration;
 
-use ratatui::{Terminal, backend::TestBackend};
+use ratatui::{Terminal, backend::TestBackend, buffer::Buffer};
 
+use super::theme::Theme;
 use crate::app::{App, Msg, Overlay};
+use crate::batch::qos::{QosBatch, QosSample, RequestSample, SyscallSample};
 use crate::batch::{Batch, CpuRow, Exit, ProcInfo};
-use crate::batch_qos::{QosBatch, QosSample, RequestSample, SyscallSample};
-use crate::host::{Details, HostInfo};
+use crate::os::details::Details;
+use crate::os::host::HostInfo;
 
 const MS: u64 = 1_000_000;
 
-fn text(app: &App, w: u16, h: u16) -> String {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| super::render(app, f)).unwrap();
-    let buf = t.backend().buffer().clone();
+/// What a drawn buffer shows, one line per row, trailing blanks trimmed.
+pub(crate) fn buffer_text(buf: &Buffer) -> String {
     let mut out = String::new();
-    for y in 0..h {
-        let line: String = (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect();
+    for y in 0..buf.area.height {
+        let line: String = (0..buf.area.width)
+            .map(|x| buf[(x, y)].symbol().to_string())
+            .collect();
         out.push_str(line.trim_end());
         out.push('\n');
     }
     out
+}
+
+fn text_with(app: &App, theme: Theme, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| super::render(app, &theme, f)).unwrap();
+    buffer_text(t.backend().buffer())
+}
+
+fn text(app: &App, w: u16, h: u16) -> String {
+    text_with(app, Theme::default(), w, h)
 }
 
 fn host() -> HostInfo {
@@ -207,15 +219,16 @@ fn one_process_160x50() {
 
 #[test]
 fn one_process_ascii() {
-    let mut a = one_process();
-    a.opts.ascii = true;
-    let t = text(&a, 80, 24);
+    let ascii = Theme {
+        ascii: true,
+        ..Theme::default()
+    };
+    let t = text_with(&one_process(), ascii, 80, 24);
     assert!(t.contains("@@   "), "{t}");
     assert!(t.is_ascii(), "{t}");
     let mut p = pinned_exited();
-    p.opts.ascii = true;
     p.overlay = Some(Overlay::Help);
-    let wide = text(&p, 160, 50);
+    let wide = text_with(&p, ascii, 160, 50);
     assert!(wide.is_ascii(), "{wide}");
     insta::assert_snapshot!(t);
 }

@@ -1,7 +1,29 @@
 //! Colours and glyphs. Every style the views use comes from here, so `--color never` (or
-//! `NO_COLOR`) leaves only bold and reverse, and `--ascii` leaves only ASCII.
+//! `NO_COLOR`) leaves only bold and reverse, and `--ascii` leaves only ASCII. The theme is
+//! chosen once at start (by the front-end, from flags and environment) and knows nothing of
+//! the App.
 
 use ratatui::style::{Color, Modifier, Style};
+
+/// How the screen is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Theme {
+    pub colors: Colors,
+    /// Only ASCII: sparklines, borders and marks.
+    pub ascii: bool,
+}
+
+impl Theme {
+    /// A bordered pane titled `title`, in the border and title styles.
+    pub fn pane<'a>(&self, title: impl Into<String>) -> ratatui::widgets::Block<'a> {
+        let c = self.colors;
+        ratatui::widgets::Block::default()
+            .borders(ratatui::widgets::Borders::ALL)
+            .border_set(border_set(self.ascii))
+            .border_style(c.border())
+            .title(ratatui::text::Line::styled(title.into(), c.title()))
+    }
+}
 
 /// How many colours the terminal gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -151,16 +173,6 @@ pub fn border_set(ascii: bool) -> ratatui::symbols::border::Set {
     } else {
         ratatui::symbols::border::PLAIN
     }
-}
-
-/// A bordered pane titled `title`, in the theme's border and title styles.
-pub fn pane<'a>(app: &crate::app::App, title: impl Into<String>) -> ratatui::widgets::Block<'a> {
-    let c = app.opts.colors;
-    ratatui::widgets::Block::default()
-        .borders(ratatui::widgets::Borders::ALL)
-        .border_set(border_set(app.opts.ascii))
-        .border_style(c.border())
-        .title(ratatui::text::Line::styled(title.into(), c.title()))
 }
 
 #[cfg(test)]

@@ -10,8 +10,9 @@ use ratatui::{
 };
 
 use crate::app::App;
-use crate::output::fmt_wall;
-use crate::replay::{KEYS, ReplayControl};
+use crate::app::{REPLAY_KEYS as KEYS, ReplayControl};
+use crate::time::fmt_wall;
+use crate::view::theme::Theme;
 
 /// Lines this region needs.
 pub fn height(app: &App) -> u16 {
@@ -24,13 +25,13 @@ pub fn height(app: &App) -> u16 {
     }
 }
 
-pub fn render(app: &App, f: &mut Frame, area: Rect) {
+pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     if area.height == 0 {
         return;
     }
     if let Some(r) = &app.replay {
         let mut l = lines(r, area.width);
-        if app.opts.ascii {
+        if t.ascii {
             for line in &mut l {
                 for span in &mut line.spans {
                     span.content = asciify(&span.content).into();
@@ -141,7 +142,7 @@ fn lines(r: &ReplayControl, width: u16) -> Vec<Line<'static>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replay::ReplayStatus;
+    use crate::source::replay::ReplayStatus;
 
     #[test]
     fn ascii_timeline_is_ascii() {

@@ -870,7 +870,7 @@ fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
     let t0 = Instant::now();
     let mut batches = Vec::with_capacity(r.len());
     for i in 0..r.len() {
-        batches.push(r.batch(i)?);
+        batches.push(r.read(i)?);
     }
     let decode_us = t0.elapsed().as_secs_f64() * 1e6 / batches.len() as f64;
     let n = batches.len() as f64;

@@ -1,5 +1,10 @@
-//! `Batch`: one closed interval of raw data, whatever its source (the kernel now, a recording
-//! later). The Model folds Batches; a recording is a stream of them.
+//! `Batch`: one closed interval of raw data, whatever its source (the kernel, or a recording).
+//! The Model folds Batches; a recording is a stream of them. This layer is the vocabulary every
+//! other one shares: plain data, no I/O, nothing below it.
+
+pub mod build;
+pub mod qos;
+pub mod syscalls;
 
 use serde::{Deserialize, Serialize};
 
@@ -133,7 +138,7 @@ pub struct Batch {
     pub dropped: Dropped,
     pub cost: SelfCost,
     /// Syscall and request QoS of the pinned processes.
-    pub qos: crate::batch_qos::QosBatch,
+    pub qos: qos::QosBatch,
     /// Resident memory: every process whose RSS changed in the interval plus the largest
     /// ones (see `MEM_TOP_ROWS`), largest first.
     pub mem: Vec<MemRow>,

@@ -5,59 +5,9 @@ use std::io::Write;
 
 use anyhow::Context as _;
 
+use super::lines::{write_json, write_text};
 use crate::cli::{ExportArgs, ExportFormat, Table};
-use crate::model::Model;
-use crate::output;
-use crate::record::{Reader, RecordError};
-
-/// Intervals fed to the Model before the first one written, so that what it keeps across
-/// intervals (names of exited processes, exit marks) is what it was live. Must cover every
-/// history the Model keeps.
-pub const WARMUP_INTERVALS: usize = crate::model::EXITED_KEEP_INTERVALS as usize;
-
-/// Print the damage found in a recording, one line each, to stderr.
-pub fn warn_damage<R: std::io::Read + std::io::Seek>(r: &Reader<R>, path: &std::path::Path) {
-    for d in r.damage() {
-        eprintln!("ebee-top: warning: {}: {d}", path.display());
-    }
-}
-
-/// Open a recording for reading, refusing one with no complete interval.
-pub fn open(path: &std::path::Path) -> anyhow::Result<Reader<std::fs::File>> {
-    let r = Reader::open(path)?;
-    warn_damage(&r, path);
-    if r.is_empty() {
-        let detail = match r.damage().last() {
-            Some(d) => format!(" ({d})"),
-            None => " (it ends after its header)".into(),
-        };
-        return Err(RecordError::NoFrames {
-            path: path.into(),
-            detail,
-        }
-        .into());
-    }
-    Ok(r)
-}
-
-/// The index range `[from, to]` of records within the requested times.
-pub fn range<R: std::io::Read + std::io::Seek>(
-    r: &Reader<R>,
-    from: Option<crate::record::timespec::TimeSpec>,
-    to: Option<crate::record::timespec::TimeSpec>,
-) -> std::ops::Range<usize> {
-    let e = r.entries();
-    let (Some(first), Some(last)) = (e.first(), e.last()) else {
-        return 0..0;
-    };
-    let (f, l) = (first.head.t_ms, last.head.t_ms);
-    let start = from.map_or(0, |t| r.index_at_ms(t.resolve(f, l)));
-    let end = to.map_or(e.len(), |t| {
-        let t = t.resolve(f, l);
-        e.partition_point(|x| x.head.t_ms <= t)
-    });
-    start..end.max(start)
-}
+use crate::model::{Model, WARMUP_INTERVALS};
 
 /// One CSV field, quoted when it needs to be (RFC 4180). Process names and command lines are
 /// chosen by whoever runs the process, so a field a spreadsheet would take for a formula
@@ -175,8 +125,8 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
 }
 
 pub fn run(a: &ExportArgs) -> anyhow::Result<()> {
-    let mut r = open(&a.file)?;
-    let span = range(&r, a.from, a.to);
+    let mut r = super::open_recording(&a.file)?;
+    let span = r.range(a.from, a.to);
     if span.is_empty() {
         eprintln!(
             "ebee-top: warning: {}: no interval in the requested time range",
@@ -191,7 +141,7 @@ pub fn run(a: &ExportArgs) -> anyhow::Result<()> {
             csv_header(&mut out, a.table)?;
         }
         for i in span.start.saturating_sub(WARMUP_INTERVALS)..span.end {
-            let b = match r.batch(i) {
+            let b = match r.read(i) {
                 Ok(b) => b,
                 Err(e) => {
                     let off = r.entries()[i].offset;
@@ -207,8 +157,8 @@ pub fn run(a: &ExportArgs) -> anyhow::Result<()> {
                 continue;
             }
             match a.format {
-                ExportFormat::Json => output::write_json(&mut out, &model, k)?,
-                ExportFormat::Text => output::write_text(&mut out, &model, k)?,
+                ExportFormat::Json => write_json(&mut out, &model, k)?,
+                ExportFormat::Text => write_text(&mut out, &model, k)?,
                 ExportFormat::Csv => csv_rows(&mut out, a.table, &model, k)?,
             }
         }

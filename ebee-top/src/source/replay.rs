@@ -1,33 +1,21 @@
-//! `ebee-top replay FILE`: a recording played back through the same Model, App and views as
-//! live, paced by the recorded timestamps. Needs no privileges: nothing is loaded.
-//!
-//! Three parts, kept out of app.rs and run.rs so those stay easy to change:
-//! - `Replay`, a `Source` over a recording, with seeking; it runs on the source thread,
-//!   which owns the file and rebuilds the Model after a seek, so the UI never waits on it;
-//! - `ReplayControl`, the UI side: the playback state the timeline shows and the keys;
-//! - the glue: `ReplayCmd` (UI to source thread) and `ReplayUpdate` (back, as `Msg::Replay`).
+//! A recording as a [`Source`], with seeking: `ebee-top replay FILE` plays it through the same
+//! Model, App and views as live, paced by the recorded timestamps. Needs no privileges: nothing
+//! is loaded. It runs on a thread of its own ([`spawn`]), which owns the file and rebuilds the
+//! Model after a seek, so the UI never waits on it: the UI sends a [`ReplayCmd`], the thread
+//! answers with a [`ReplayUpdate`] (the App's side is `app::ReplayControl`).
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-
-use crate::app::{App, Effect, Msg};
+use super::Source;
 use crate::batch::Batch;
-use crate::cli::ReplayArgs;
-use crate::export::WARMUP_INTERVALS;
-use crate::model::Model;
-use crate::record::Reader;
-use crate::record::timespec::TimeSpec;
-use crate::source::Source;
+use crate::model::{HISTORY_WARMUP_MS, Model, WARMUP_INTERVALS};
+use crate::record::{Damage, Reader};
+use crate::time::TimeSpec;
 
 /// Playback speeds, slowest first.
 pub const SPEEDS: [f64; 7] = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0];
-/// Recorded time re-read before the interval shown after a seek: the process table's burst
-/// history (60 s) plus a second of margin.
-pub const HISTORY_WARMUP_MS: u64 =
-    crate::model::procs::HISTORY_CELLS * crate::model::procs::CELL_NS / 1_000_000 + 1_000;
 /// Longest pause between two intervals at 1x (a gap in the recording is not waited out).
 const MAX_GAP: Duration = Duration::from_secs(5);
 
@@ -114,7 +102,7 @@ pub struct Replay {
 }
 
 /// One line summing up what `damage` lists.
-fn damage_line(d: &[crate::record::Damage]) -> String {
+fn damage_line(d: &[Damage]) -> String {
     match d {
         [] => String::new(),
         [one] => one.to_string(),
@@ -123,15 +111,14 @@ fn damage_line(d: &[crate::record::Damage]) -> String {
 }
 
 impl Replay {
-    /// Open `path` (errors are the typed RecordError, for the exit code). `paced`: wait
+    /// Play `reader` (opened from `path`, holding at least one interval). `paced`: wait
     /// between intervals as recorded (divided by the speed); otherwise deliver at once.
-    pub fn open(path: &Path, speed: f64, paced: bool) -> anyhow::Result<Self> {
-        let reader = crate::export::open(path)?;
+    pub fn new(reader: Reader<std::fs::File>, path: &Path, speed: f64, paced: bool) -> Self {
         let speed = SPEEDS
             .iter()
             .position(|s| *s >= speed)
             .unwrap_or(SPEEDS.len() - 1);
-        Ok(Self {
+        Self {
             damage: damage_line(reader.damage()),
             reader,
             path: path.into(),
@@ -142,7 +129,7 @@ impl Replay {
             due: Instant::now(),
             paced,
             skipped: 0,
-        })
+        }
     }
 
     pub fn reader(&self) -> &Reader<std::fs::File> {
@@ -181,7 +168,7 @@ impl Replay {
     }
 
     fn decode(&mut self, i: usize) -> Option<Batch> {
-        match self.reader.batch(i) {
+        match self.reader.read(i) {
             Ok(b) => Some(b),
             Err(_) => {
                 self.skipped += 1;
@@ -330,9 +317,13 @@ impl Source for Replay {
     }
 }
 
-/// Run the replay on its own thread: deliver intervals when due, obey commands, and stop
-/// when the App goes away.
-pub fn spawn(mut r: Replay, tx: Sender<Msg>, ctl: Receiver<ReplayCmd>) -> std::io::Result<()> {
+/// Run the replay on its own thread: deliver intervals when due, obey commands, and stop when
+/// `send` returns false (the App went away) or the command channel closes.
+pub fn spawn(
+    mut r: Replay,
+    mut send: impl FnMut(ReplayUpdate) -> bool + Send + 'static,
+    ctl: Receiver<ReplayCmd>,
+) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("replay".into())
         .spawn(move || {
@@ -363,7 +354,7 @@ pub fn spawn(mut r: Replay, tx: Sender<Msg>, ctl: Receiver<ReplayCmd>) -> std::i
                     status: r.status(),
                     apply,
                 };
-                if tx.send(Msg::Replay(Box::new(u))).is_err() {
+                if !send(u) {
                     return;
                 }
             }
@@ -371,165 +362,20 @@ pub fn spawn(mut r: Replay, tx: Sender<Msg>, ctl: Receiver<ReplayCmd>) -> std::i
     Ok(())
 }
 
-/// The UI side of a replay: what the timeline shows and the keys that steer it.
-#[derive(Clone, Debug, Default)]
-pub struct ReplayControl {
-    pub status: ReplayStatus,
-    /// The "go to" prompt, while it is open: what was typed.
-    pub prompt: Option<String>,
-    /// Why the last "go to" was not understood.
-    pub prompt_error: Option<String>,
-}
-
-/// The keys, for the help line and the README.
-pub const KEYS: &str = "space pause  ./, step  \u{2190}/\u{2192} \u{b1}10s  [/] \u{b1}1m  \
-                        g go to  Home/End  </> speed";
-
-impl ReplayControl {
-    pub fn new(status: ReplayStatus) -> Self {
-        Self {
-            status,
-            ..Default::default()
-        }
-    }
-
-    /// Handle a key if it is a replay key; None leaves it to the App.
-    pub fn key(&mut self, k: &KeyEvent) -> Option<Effect> {
-        if let Some(p) = &mut self.prompt {
-            match k.code {
-                KeyCode::Esc => self.prompt = None,
-                KeyCode::Backspace => {
-                    p.pop();
-                }
-                KeyCode::Enter => {
-                    let typed = p.clone();
-                    self.prompt = None;
-                    return Some(match typed.parse::<TimeSpec>() {
-                        Ok(t) => {
-                            self.prompt_error = None;
-                            Effect::Replay(ReplayCmd::GoTo(t))
-                        }
-                        Err(e) => {
-                            self.prompt_error = Some(e);
-                            Effect::Redraw
-                        }
-                    });
-                }
-                KeyCode::Char(c)
-                    if !k.modifiers.contains(KeyModifiers::CONTROL) && p.len() < 40 =>
-                {
-                    p.push(c);
-                }
-                KeyCode::Char(_) if !k.modifiers.contains(KeyModifiers::CONTROL) => {}
-                // Ctrl-C still quits from the prompt.
-                KeyCode::Char(_) => return None,
-                _ => {}
-            }
-            return Some(Effect::Redraw);
-        }
-        let shift = k.modifiers.contains(KeyModifiers::SHIFT);
-        let cmd = match k.code {
-            KeyCode::Char(' ') => ReplayCmd::TogglePause,
-            KeyCode::Char('.') => ReplayCmd::Step(1),
-            KeyCode::Char(',') => ReplayCmd::Step(-1),
-            KeyCode::Right if shift => ReplayCmd::Seek(60_000),
-            KeyCode::Left if shift => ReplayCmd::Seek(-60_000),
-            KeyCode::Right => ReplayCmd::Seek(10_000),
-            KeyCode::Left => ReplayCmd::Seek(-10_000),
-            KeyCode::Char(']') => ReplayCmd::Seek(60_000),
-            KeyCode::Char('[') => ReplayCmd::Seek(-60_000),
-            KeyCode::Home => ReplayCmd::GoTo(TimeSpec::FromStart(0)),
-            KeyCode::End => ReplayCmd::GoTo(TimeSpec::FromEnd(0)),
-            KeyCode::Char('>') | KeyCode::Char('+') => ReplayCmd::Faster,
-            KeyCode::Char('<') | KeyCode::Char('-') => ReplayCmd::Slower,
-            KeyCode::Char('g') => {
-                self.prompt = Some(String::new());
-                self.prompt_error = None;
-                return Some(Effect::Redraw);
-            }
-            _ => return None,
-        };
-        Some(Effect::Replay(cmd))
-    }
-}
-
-impl App {
-    /// Fold an update from the replay thread in.
-    pub fn on_replay(&mut self, u: ReplayUpdate) -> Effect {
-        if let Some(c) = &mut self.replay {
-            c.status = u.status;
-        }
-        match u.apply {
-            Apply::None => {}
-            Apply::Batch(b) => self.model.ingest(&b),
-            Apply::Reset(m) => self.model = *m,
-        }
-        Effect::Redraw
-    }
-}
-
-/// `ebee-top replay FILE`.
-pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
-    use std::io::IsTerminal as _;
-    let mut replay = Replay::open(&a.file, a.speed, true)?;
-    if !std::io::stdout().is_terminal() {
-        anyhow::bail!(
-            "standard output is not a terminal; use `ebee-top export {}` for scripts and pipes",
-            a.file.display()
-        );
-    }
-    let (tx, rx) = std::sync::mpsc::channel::<Msg>();
-    let (ctl_tx, ctl_rx) = std::sync::mpsc::channel::<ReplayCmd>();
-    let interval = Duration::from_nanos(replay.reader().meta().interval_ns.max(1));
-    let mut app = App::new(a.top as usize, interval);
-    app.opts = a.screen.view_opts();
-    app.users = crate::host::users();
-    let first = a.from.map(|t| replay.command(ReplayCmd::GoTo(t)));
-    if a.paused {
-        replay.command(ReplayCmd::TogglePause);
-    }
-    app.replay = Some(ReplayControl::new(replay.status()));
-    if let Some(apply) = first {
-        app.on_replay(ReplayUpdate {
-            status: replay.status(),
-            apply,
-        });
-    }
-    spawn(replay, tx.clone(), ctl_rx)?;
-    crate::run::run_ui(app, tx, rx, None, |e| {
-        if let Effect::Replay(c) = e {
-            let _ = ctl_tx.send(c);
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::writer::{RecordOptions, Writer};
+    use crate::batch::build::plausible;
 
-    fn key(c: KeyCode) -> KeyEvent {
-        KeyEvent::new(c, KeyModifiers::NONE)
+    /// A recording of `n` plausible intervals, 50 ms apart.
+    fn recording(n: u64) -> (tempfile::TempDir, PathBuf, Vec<Batch>) {
+        let batches: Vec<Batch> = (1..=n).map(|s| plausible(s, 5)).collect();
+        let (dir, path, _) = crate::record::tests::record(&batches);
+        (dir, path, batches)
     }
 
-    fn recording(n: u64) -> (tempfile::TempDir, PathBuf, Vec<Batch>) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("r.ebr");
-        let mut w = Writer::create(
-            RecordOptions {
-                path: path.clone(),
-                force: false,
-                max_size: None,
-                rotate: None,
-            },
-            Default::default(),
-        )
-        .unwrap();
-        let batches: Vec<Batch> = (1..=n).map(|s| crate::record::tests::batch(s, 5)).collect();
-        for b in &batches {
-            w.append(b).unwrap();
-        }
-        (dir, path, batches)
+    fn open(path: &Path) -> Replay {
+        Replay::new(Reader::open(path).unwrap(), path, 1.0, false)
     }
 
     fn batch_of(a: Apply) -> Batch {
@@ -549,7 +395,7 @@ mod tests {
     #[test]
     fn source_delivers_every_interval_in_order() {
         let (_d, path, batches) = recording(30);
-        let mut r = Replay::open(&path, 1.0, false).unwrap();
+        let mut r = open(&path);
         let mut got = Vec::new();
         while let Some(b) = r.next_batch().unwrap() {
             got.push(b);
@@ -560,7 +406,7 @@ mod tests {
     #[test]
     fn steps_and_seeks_rebuild_the_live_model() {
         let (_d, path, batches) = recording(300);
-        let mut r = Replay::open(&path, 1.0, false).unwrap();
+        let mut r = open(&path);
         // Live: a Model that saw every interval.
         let live_at = |i: usize| {
             let mut m = Model::new();
@@ -611,7 +457,7 @@ mod tests {
     #[test]
     fn speed_is_bounded() {
         let (_d, path, _) = recording(3);
-        let mut r = Replay::open(&path, 1.0, false).unwrap();
+        let mut r = open(&path);
         for _ in 0..10 {
             r.command(ReplayCmd::Faster);
         }
@@ -621,77 +467,5 @@ mod tests {
         }
         assert_eq!(r.status().speed, 0.25);
         assert_eq!(r.gap(0, 1), Duration::from_millis(200));
-    }
-
-    #[test]
-    fn app_routes_replay_keys_and_updates() {
-        use crossterm::event::Event;
-        let mut app = App::new(20, Duration::from_millis(50));
-        app.replay = Some(ReplayControl::default());
-        let k = |c| Msg::Input(Event::Key(key(c)));
-        assert_eq!(
-            app.update(k(KeyCode::Char(' '))),
-            Effect::Replay(ReplayCmd::TogglePause)
-        );
-        assert!(!app.paused, "space pauses the playback, not the screen");
-        assert_eq!(
-            app.update(k(KeyCode::Char('+'))),
-            Effect::Replay(ReplayCmd::Faster)
-        );
-        assert_eq!(app.update(k(KeyCode::Char('q'))), Effect::Quit);
-        let b = crate::record::tests::batch(7, 3);
-        let status = ReplayStatus {
-            shown: Some(6),
-            len: 10,
-            ..Default::default()
-        };
-        let e = app.update(Msg::Replay(Box::new(ReplayUpdate {
-            status: status.clone(),
-            apply: Apply::Batch(Box::new(b.clone())),
-        })));
-        assert_eq!(e, Effect::Redraw);
-        assert_eq!(app.model.latest(), Some(&b));
-        assert_eq!(app.replay.as_ref().unwrap().status, status);
-        app.update(Msg::Replay(Box::new(ReplayUpdate {
-            status,
-            apply: Apply::Reset(Box::new(Model::new())),
-        })));
-        assert!(app.model.latest().is_none());
-    }
-
-    #[test]
-    fn keys_map_to_commands_and_the_prompt_takes_a_time() {
-        let mut c = ReplayControl::default();
-        let cmd = |c: &mut ReplayControl, k: KeyEvent| c.key(&k);
-        assert_eq!(
-            cmd(&mut c, key(KeyCode::Char(' '))),
-            Some(Effect::Replay(ReplayCmd::TogglePause))
-        );
-        assert_eq!(
-            cmd(&mut c, key(KeyCode::Left)),
-            Some(Effect::Replay(ReplayCmd::Seek(-10_000)))
-        );
-        assert_eq!(
-            cmd(&mut c, KeyEvent::new(KeyCode::Right, KeyModifiers::SHIFT)),
-            Some(Effect::Replay(ReplayCmd::Seek(60_000)))
-        );
-        // Not ours: selection and quit stay with the App.
-        assert_eq!(cmd(&mut c, key(KeyCode::Char('q'))), None);
-        assert_eq!(cmd(&mut c, key(KeyCode::Down)), None);
-        // The prompt swallows keys until Enter.
-        assert_eq!(cmd(&mut c, key(KeyCode::Char('g'))), Some(Effect::Redraw));
-        for ch in "+90q".chars() {
-            assert_eq!(cmd(&mut c, key(KeyCode::Char(ch))), Some(Effect::Redraw));
-        }
-        cmd(&mut c, key(KeyCode::Backspace));
-        assert_eq!(
-            cmd(&mut c, key(KeyCode::Enter)),
-            Some(Effect::Replay(ReplayCmd::GoTo(TimeSpec::FromStart(90_000))))
-        );
-        assert!(c.prompt.is_none());
-        cmd(&mut c, key(KeyCode::Char('g')));
-        cmd(&mut c, key(KeyCode::Char('x')));
-        assert_eq!(cmd(&mut c, key(KeyCode::Enter)), Some(Effect::Redraw));
-        assert!(c.prompt_error.is_some());
     }
 }

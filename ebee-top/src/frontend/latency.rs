@@ -9,19 +9,6 @@ use std::path::Path;
 use anyhow::Context as _;
 use hdrhistogram::Histogram;
 
-/// `CLOCK_MONOTONIC` now, ns: the clock of `bpf_ktime_get_ns` and of `Batch::end_ns`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Latency histograms, in ns, 3 significant digits, up to 60 s (later values are clamped).
 /// (`None` only if hdrhistogram refused the constant bounds, which would be a bug there.)
 pub struct Latency {

@@ -1,25 +1,21 @@
-//! Where Batches come from. `Live` drains the kernel every tick; a recording will be another
-//! `Source`. Everything downstream of a Batch is shared.
+//! The live source: the eBPF programs loaded and attached, drained every tick into a
+//! `RawInterval`, turned into a Batch with what /proc knows of each process (names, command
+//! lines, owners; cached and invalidated by the kernel's exec and exit events), the last-known
+//! RSS of every process, the pinned processes' QoS and ebee-top's own cost.
+
+mod cost;
+mod qos;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use ebee_shared::lifecycle::{EVENT_EXEC, EVENT_EXIT};
 
-use crate::batch::{Batch, CpuRow, Dropped, Exit, MEM_TOP_ROWS, MemStats, SelfCost};
+use super::Source;
+use crate::batch::{Batch, CpuRow, Dropped, Exit, MEM_TOP_ROWS, MemStats};
+use crate::os::procinfo::{ProcCache, comm_str};
 use crate::probes::mem::MemTable;
 use crate::probes::{CpuCharge, ProbeConfig, Probes};
-use crate::procinfo::{ProcCache, comm_str};
-
-/// A producer of closed intervals.
-pub trait Source {
-    /// Block until the next interval is closed. `None` when the source has no more.
-    fn next_batch(&mut self) -> anyhow::Result<Option<Batch>>;
-    /// Change the interval length (live sources only; others ignore it).
-    fn set_interval(&mut self, interval: Duration) -> anyhow::Result<()>;
-    /// Set the processes pinned for detailed tracking (live sources only).
-    fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()>;
-}
 
 /// The kernel, drained every `interval`.
 pub struct Live {
@@ -30,31 +26,12 @@ pub struct Live {
     seq: u64,
     lifecycle_lost: u64,
     pins: Vec<u32>,
-    cost: CostMeter,
+    cost: cost::CostMeter,
     /// Cumulative QoS handshake timeouts at the last drain.
     qos_timeouts: u64,
     /// Last-known RSS per process from the sketch, and from the exact shadow (`--exact`).
     mem: MemTable,
     mem_exact: Option<MemTable>,
-}
-
-/// Differences of ebee-top's own CPU clock and of its programs' BPF run time between ticks.
-struct CostMeter {
-    cpu_ns: u64,
-    bpf: crate::probes::ProgStats,
-}
-
-/// CPU time of this process (all threads), ns.
-fn process_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; CLOCK_PROCESS_CPUTIME_ID always exists on Linux.
-    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl Live {
@@ -87,10 +64,7 @@ impl Live {
             lifecycle_lost: 0,
             pins: Vec::new(),
             qos_timeouts: 0,
-            cost: CostMeter {
-                cpu_ns: process_cpu_ns(),
-                bpf: crate::probes::ProgStats::default(),
-            },
+            cost: cost::CostMeter::start(),
         })
     }
 
@@ -182,11 +156,11 @@ impl Source for Live {
         pids.sort_unstable();
         pids.dedup();
         let procs = pids.into_iter().map(|p| self.procs.get(p)).collect();
-        let qos = crate::batch_qos::QosBatch {
+        let qos = crate::batch::qos::QosBatch {
             procs: raw
                 .qos
                 .iter()
-                .map(|q| qos_sample(q, self.procs.get(q.pid).comm))
+                .map(|q| qos::qos_sample(q, self.procs.get(q.pid).comm))
                 .collect(),
             handshake_timeouts: raw.qos_handshake_timeouts.saturating_sub(self.qos_timeouts),
             request_model: self.probes.request_model_available(),
@@ -194,21 +168,7 @@ impl Source for Live {
         self.qos_timeouts = raw.qos_handshake_timeouts;
         self.procs.end_interval();
 
-        let cpu_now = process_cpu_ns();
-        let bpf_now = self.probes.prog_stats();
-        let cost = SelfCost {
-            cpu_ns: cpu_now.saturating_sub(self.cost.cpu_ns),
-            bpf_ns: bpf_now
-                .enabled
-                .then(|| bpf_now.run_ns.saturating_sub(self.cost.bpf.run_ns)),
-            bpf_runs: bpf_now
-                .enabled
-                .then(|| bpf_now.run_count.saturating_sub(self.cost.bpf.run_count)),
-        };
-        self.cost = CostMeter {
-            cpu_ns: cpu_now,
-            bpf: bpf_now,
-        };
+        let cost = self.cost.tick(&self.probes);
 
         let batch = Batch {
             seq: self.seq,
@@ -269,50 +229,5 @@ impl Source for Live {
         self.probes
             .set_interval(interval)
             .context("changing the interval")
-    }
-}
-
-/// One pinned process's raw interval as a Batch sample.
-fn qos_sample(q: &crate::probes::qos::QosRaw, comm: String) -> crate::batch_qos::QosSample {
-    use crate::batch_qos::{QosLost, QosSample, RequestSample, SyscallSample, sparse};
-    let syscalls = q
-        .sys
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.count > 0)
-        .map(|(nr, s)| {
-            let h = q.hist_idx.get(nr).copied().unwrap_or(0) as usize;
-            SyscallSample {
-                nr: nr as u32,
-                count: s.count,
-                total_ns: s.total_ns,
-                max_ns: s.max_ns,
-                hist: (h != 0).then(|| sparse(q.hist(h))),
-            }
-        })
-        .collect();
-    let p = &q.pin;
-    QosSample {
-        pid: q.pid,
-        comm,
-        last: q.last,
-        exited: q.exited,
-        syscalls,
-        other_hist: sparse(q.hist(0)),
-        requests: RequestSample {
-            requests: p.requests,
-            total_ns: p.req_total_ns,
-            max_ns: p.req_max_ns,
-            hist: sparse(&p.req_hist.buckets),
-            recvs: p.recvs,
-            sends_idle: p.sends_idle,
-            other_sock_io: p.other_sock_io,
-            accepts: p.accepts,
-        },
-        lost: QosLost {
-            unmatched: p.unmatched,
-            hist_full: p.hist_full,
-            conn_full: p.conn_full,
-        },
     }
 }

@@ -125,7 +125,7 @@ impl fmt::Display for TimeSpec {
         match self {
             Self::FromStart(ms) => write!(f, "+{:.3}s", *ms as f64 / 1000.0),
             Self::FromEnd(ms) => write!(f, "-{:.3}s", *ms as f64 / 1000.0),
-            Self::TimeOfDay(ms) => write!(f, "{}", crate::output::fmt_wall(*ms)),
+            Self::TimeOfDay(ms) => write!(f, "{}", super::fmt_wall(*ms)),
             Self::Unix(ms) => write!(f, "@{:.3}", *ms as f64 / 1000.0),
         }
     }

@@ -1,0 +1,153 @@
+//! The interactive screen's state. Every input, interval and signal arrives as a [`Msg`]; the
+//! UI loop owns the one `App`, folds each message in with `update` (update.rs) and draws it
+//! when the returned [`Effect`] says something changed. Replay control is replay.rs. Pure: no
+//! terminal, no I/O, no clock; the views read it, the front-end runs it.
+
+mod msg;
+mod replay;
+#[cfg(test)]
+mod tests;
+mod update;
+
+use std::time::Duration;
+
+use crate::model::Model;
+use crate::model::procs::{ProcEntry, ProcKey};
+use crate::os::details::Details;
+use crate::os::host::HostInfo;
+
+pub use msg::{Effect, Msg};
+pub use replay::{KEYS as REPLAY_KEYS, ReplayControl};
+
+/// How the process table is ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortBy {
+    Cpu,
+    Mem,
+}
+
+/// The pane that takes Up/Down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Focus {
+    Table,
+    Qos,
+}
+
+/// What is drawn over the panes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Overlay {
+    Help,
+    /// The details popup; None while /proc is being read.
+    Details(ProcKey, Option<Box<Details>>),
+}
+
+/// The most processes the kernel follows for QoS.
+pub const MAX_PINS: usize = 8;
+
+pub struct App {
+    pub model: Model,
+    pub k: usize,
+    /// Row of the selection in the table as drawn, and the process on it (the selection
+    /// follows the process when the ranking changes).
+    pub selected: usize,
+    pub selected_key: Option<ProcKey>,
+    pub paused: bool,
+    pub interval: Duration,
+    /// The Model as it was when the screen was paused (collection goes on underneath).
+    pub frozen: Option<Box<Model>>,
+    pub sort: SortBy,
+    pub filter: String,
+    /// The filter line is being typed.
+    pub filter_editing: bool,
+    pub focus: Focus,
+    /// Index among the QoS processes, when the QoS pane has the focus.
+    pub qos_selected: usize,
+    pub overlay: Option<Overlay>,
+    /// One line for the user (cleared by the next key).
+    pub status: Option<String>,
+    pub host: Option<HostInfo>,
+    /// User names by uid (read once at start, so drawing never reads /etc/passwd).
+    pub users: std::collections::HashMap<u32, String>,
+    /// Terminal size (columns, rows), from resize events.
+    pub screen: (u16, u16),
+    pub error: Option<String>,
+    /// Set when replaying a recording (replay.rs).
+    pub replay: Option<ReplayControl>,
+    /// Set when recording (record/recorder.rs).
+    pub recording: Option<crate::record::RecStatus>,
+}
+
+pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(10);
+pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What `M` says when the Batches carry no memory data (a kernel without rss_stat, an old
+/// recording).
+pub const NO_MEMORY: &str = "memory pipeline not loaded: sorting by CPU";
+pub const SORTED_MEM: &str = "sorted by resident memory (RES)";
+pub const SORTED_CPU: &str = "sorted by CPU";
+
+impl App {
+    pub fn new(k: usize, interval: Duration) -> Self {
+        Self {
+            model: Model::new(),
+            k,
+            selected: 0,
+            selected_key: None,
+            paused: false,
+            interval,
+            frozen: None,
+            sort: SortBy::Cpu,
+            filter: String::new(),
+            filter_editing: false,
+            focus: Focus::Table,
+            qos_selected: 0,
+            overlay: None,
+            status: None,
+            host: None,
+            users: Default::default(),
+            screen: (0, 0),
+            error: None,
+            replay: None,
+            recording: None,
+        }
+    }
+
+    /// The Model the screen shows: live, or as it was when paused.
+    pub fn shown(&self) -> &Model {
+        self.frozen.as_deref().unwrap_or(&self.model)
+    }
+
+    /// The table rows to draw, in order: at least `k`, more when the screen has room.
+    pub fn table_rows(&self) -> Vec<&ProcEntry> {
+        let fit = usize::from(self.screen.1).saturating_sub(6);
+        let m = self.shown();
+        let rss = (self.sort == SortBy::Mem).then_some(|pid| m.mem.sketch.rss_of(pid));
+        m.table.ranked_by(self.k.max(fit), &self.filter, rss)
+    }
+
+    /// The rows of the plain CPU ranking (batch output's view), for compatibility.
+    pub fn rows(&self) -> Vec<crate::model::CpuEntry> {
+        self.shown().top_cpu(self.k)
+    }
+
+    /// The process under the selection.
+    pub fn selected_entry(&self) -> Option<&ProcEntry> {
+        self.table_rows().get(self.selected).copied()
+    }
+
+    /// The process the QoS pane shows: with the focus on it, the one chosen there; else the
+    /// selected process if it has QoS data, else the first pinned one.
+    pub fn qos_pid(&self) -> Option<u32> {
+        let procs = self.shown().qos.procs();
+        if procs.is_empty() {
+            return None;
+        }
+        if self.focus == Focus::Qos {
+            return procs.get(self.qos_selected.min(procs.len() - 1)).copied();
+        }
+        match self.selected_entry() {
+            Some(e) if procs.contains(&e.key.pid) => Some(e.key.pid),
+            _ => procs.first().copied(),
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! What reaches the App ([`Msg`]) and what it asks of the loop that runs it ([`Effect`]).
+
+use std::time::Duration;
+
+use crossterm::event::Event;
+
+use crate::batch::Batch;
+use crate::model::procs::ProcKey;
+use crate::os::details::Details;
+use crate::os::host::HostInfo;
+use crate::record::RecStatus;
+use crate::source::replay::{ReplayCmd, ReplayUpdate};
+
+/// Everything that can happen to the App.
+#[derive(Debug)]
+pub enum Msg {
+    Batch(Box<Batch>),
+    Input(Event),
+    /// SIGINT, SIGTERM or SIGHUP.
+    Signal(i32),
+    /// The source failed; the message is shown and the app quits.
+    SourceError(String),
+    /// From the replay thread: the next interval, a rebuilt Model, or a new status.
+    Replay(Box<ReplayUpdate>),
+    /// From the recorder thread: where the recording stands.
+    Recording(RecStatus),
+    /// The machine's totals (live only, once a second).
+    Host(Box<HostInfo>),
+    /// A process's details, read from /proc when the popup opened.
+    Details(Box<Details>),
+    /// Something to tell the user in the status line (a pin the kernel refused...).
+    Notice(String),
+}
+
+/// What the UI loop must do after an update.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Effect {
+    None,
+    Redraw,
+    SetInterval(Duration),
+    /// Make the source follow exactly these processes (QoS hooks attach on the first).
+    SetPins(Vec<u32>),
+    /// Read this process's details from /proc and send them back as `Msg::Details`.
+    Details(ProcKey),
+    /// Pass a command to the replay thread.
+    Replay(ReplayCmd),
+    Quit,
+}

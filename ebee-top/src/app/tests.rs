@@ -1,0 +1,237 @@
+//! Key flows and message handling of the App, without a terminal.
+
+use std::time::Duration;
+
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
+
+use super::*;
+use crate::batch::{Batch, CpuRow, ProcInfo};
+
+fn key(c: KeyCode) -> Msg {
+    Msg::Input(Event::Key(KeyEvent::new(c, KeyModifiers::NONE)))
+}
+
+fn batch(n: u32) -> Box<Batch> {
+    Box::new(Batch {
+        seq: 1,
+        end_ns: 50_000_000,
+        cpu: (1..=n)
+            .map(|p| CpuRow {
+                pid: p,
+                ns: 1000 * u64::from(n - p + 1),
+                bins: vec![],
+            })
+            .collect(),
+        procs: (1..=n)
+            .map(|p| ProcInfo {
+                pid: p,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn quit_keys_and_signals() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    assert_eq!(a.update(key(KeyCode::Char('q'))), Effect::Quit);
+    assert_eq!(a.update(Msg::Signal(1)), Effect::Quit);
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(a.update(Msg::Input(Event::Key(ctrl_c))), Effect::Quit);
+}
+
+#[test]
+fn selection_stays_in_range() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.update(Msg::Batch(batch(3)));
+    for _ in 0..5 {
+        a.update(key(KeyCode::Down));
+    }
+    assert_eq!(a.selected, 2);
+    for _ in 0..5 {
+        a.update(key(KeyCode::Char('k')));
+    }
+    assert_eq!(a.selected, 0);
+}
+
+#[test]
+fn pause_freezes_rows_but_keeps_ingesting() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.update(Msg::Batch(batch(2)));
+    a.update(key(KeyCode::Char(' ')));
+    assert_eq!(a.update(Msg::Batch(batch(5))), Effect::None);
+    assert_eq!(a.rows().len(), 2);
+    assert_eq!(a.model.top_cpu(20).len(), 5);
+    a.update(key(KeyCode::Char(' ')));
+    assert_eq!(a.rows().len(), 5);
+}
+
+#[test]
+fn interval_steps() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    assert_eq!(
+        a.update(key(KeyCode::Char('+'))),
+        Effect::SetInterval(Duration::from_millis(100))
+    );
+    a.update(key(KeyCode::Char('-')));
+    a.update(key(KeyCode::Char('-')));
+    a.update(key(KeyCode::Char('-')));
+    assert_eq!(a.interval, Duration::from_millis(10));
+    assert_eq!(a.update(key(KeyCode::Char('-'))), Effect::None);
+}
+
+fn ch(c: char) -> Msg {
+    key(KeyCode::Char(c))
+}
+
+fn app_with(n: u32) -> App {
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.update(Msg::Batch(batch(n)));
+    a
+}
+
+#[test]
+fn pin_reaches_the_source_and_survives_reranking() {
+    let mut a = app_with(3);
+    a.update(key(KeyCode::Down));
+    let pid = a.selected_entry().unwrap().key.pid;
+    assert_eq!(a.update(ch('p')), Effect::SetPins(vec![pid]));
+    assert_eq!(a.table_rows()[0].key.pid, pid, "pinned rows come first");
+    // Unpin: the source is told to follow nothing.
+    let i = a
+        .table_rows()
+        .iter()
+        .position(|e| e.key.pid == pid)
+        .unwrap();
+    a.selected = i;
+    assert_eq!(a.update(ch('p')), Effect::SetPins(vec![]));
+}
+
+#[test]
+fn no_more_than_eight_pins() {
+    let mut a = app_with(10);
+    for i in 0..8 {
+        a.selected = 8; // always an unpinned row: pinned ones move to the top
+        let _ = i;
+        assert!(matches!(a.update(ch('p')), Effect::SetPins(_)));
+    }
+    a.selected = 9;
+    assert_eq!(a.update(ch('p')), Effect::Redraw);
+    assert!(a.status.as_deref().unwrap_or("").contains("at most 8"));
+    assert_eq!(a.model.table.live_pins().len(), 8);
+}
+
+#[test]
+fn filter_typing_and_esc() {
+    let mut a = app_with(12);
+    a.update(ch('/'));
+    assert!(a.filter_editing);
+    a.update(ch('1'));
+    a.update(ch('1'));
+    assert_eq!(a.table_rows().len(), 1);
+    assert_eq!(a.table_rows()[0].key.pid, 11);
+    // q while typing is text, not quit.
+    assert_eq!(a.update(ch('q')), Effect::Redraw);
+    a.update(key(KeyCode::Backspace));
+    a.update(key(KeyCode::Enter));
+    assert!(!a.filter_editing);
+    assert_eq!(a.filter, "11");
+    a.update(key(KeyCode::Esc));
+    assert!(a.filter.is_empty());
+    assert_eq!(a.table_rows().len(), 12);
+    a.update(ch('/'));
+    a.update(ch('x'));
+    a.update(key(KeyCode::Esc));
+    assert!(a.filter.is_empty() && !a.filter_editing);
+}
+
+#[test]
+fn sort_keys_help_and_details() {
+    let mut a = app_with(2);
+    assert_eq!(a.update(ch('M')), Effect::Redraw);
+    assert_eq!(a.status.as_deref(), Some(NO_MEMORY));
+    assert_eq!(a.sort, SortBy::Cpu);
+    a.update(ch('P'));
+    assert_eq!(a.status.as_deref(), Some(SORTED_CPU));
+    a.update(ch('?'));
+    assert_eq!(a.overlay, Some(Overlay::Help));
+    a.update(key(KeyCode::Esc));
+    assert_eq!(a.overlay, None);
+    a.update(ch('h'));
+    assert_eq!(a.overlay, Some(Overlay::Help));
+    a.update(ch('x'));
+    let k = a.selected_entry().unwrap().key;
+    assert_eq!(a.update(key(KeyCode::Enter)), Effect::Details(k));
+    let d = crate::os::details::Details {
+        pid: k.pid,
+        cmdline: "x".into(),
+        ..Default::default()
+    };
+    assert_eq!(a.update(Msg::Details(Box::new(d))), Effect::Redraw);
+    assert!(matches!(&a.overlay, Some(Overlay::Details(_, Some(_)))));
+    assert_eq!(a.update(ch('q')), Effect::Quit);
+}
+
+#[test]
+fn tab_moves_focus_only_when_there_is_a_qos_pane() {
+    let mut a = app_with(2);
+    a.update(key(KeyCode::Tab));
+    assert_eq!(a.focus, Focus::Table);
+    assert_eq!(a.qos_pid(), None);
+}
+
+#[test]
+fn the_selection_follows_its_process() {
+    let mut a = app_with(3);
+    a.update(key(KeyCode::Down));
+    let k = a.selected_entry().unwrap().key;
+    // The next interval reverses the ranking.
+    let mut b = batch(3);
+    b.seq = 2;
+    b.start_ns = 50_000_000;
+    b.end_ns = 100_000_000;
+    b.cpu.reverse();
+    for (i, r) in b.cpu.iter_mut().enumerate() {
+        r.ns = 1_000_000 * (i as u64 + 1) * 10;
+    }
+    a.update(Msg::Batch(b));
+    assert_eq!(a.selected_entry().unwrap().key, k);
+}
+
+#[test]
+fn host_news_redraws_only_when_it_changed() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    let h = crate::os::host::HostInfo::default();
+    assert_eq!(a.update(Msg::Host(Box::new(h.clone()))), Effect::Redraw);
+    assert_eq!(a.update(Msg::Host(Box::new(h))), Effect::None);
+    assert_eq!(a.update(Msg::Input(Event::FocusGained)), Effect::None);
+}
+
+#[test]
+fn m_sorts_by_resident_memory_when_the_batches_carry_it() {
+    use crate::batch::{MemRow, MemStats};
+    let mut b = batch(3);
+    b.mem_stats = MemStats {
+        available: true,
+        ..Default::default()
+    };
+    // pid 1 uses the most CPU, pid 3 the most memory.
+    b.mem = (1..=3)
+        .map(|p| MemRow {
+            pid: p,
+            rss_bytes: u64::from(p) << 20,
+            rss_delta_bytes: 0,
+        })
+        .collect();
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.update(Msg::Batch(b));
+    let order = |a: &App| -> Vec<u32> { a.table_rows().iter().map(|e| e.key.pid).collect() };
+    assert_eq!(order(&a), vec![1, 2, 3]);
+    a.update(ch('M'));
+    assert_eq!(a.sort, SortBy::Mem);
+    assert_eq!(a.status.as_deref(), Some(SORTED_MEM));
+    assert_eq!(order(&a), vec![3, 2, 1]);
+    a.update(ch('P'));
+    assert_eq!(order(&a), vec![1, 2, 3]);
+}

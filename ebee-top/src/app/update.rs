@@ -1,0 +1,253 @@
+//! `update`: how each message and key changes the App, and what the loop must do after it.
+
+use std::time::Duration;
+
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use super::{
+    App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, Msg, NO_MEMORY, Overlay, SORTED_CPU,
+    SORTED_MEM, SortBy,
+};
+use crate::model::procs::ProcKey;
+
+impl App {
+    /// Keep the selection on the same process after the rows changed.
+    fn follow_selection(&mut self) {
+        let rows: Vec<ProcKey> = self.table_rows().iter().map(|e| e.key).collect();
+        if let Some(i) = self
+            .selected_key
+            .and_then(|k| rows.iter().position(|r| *r == k))
+        {
+            self.selected = i;
+        } else {
+            self.selected = self.selected.min(rows.len().saturating_sub(1));
+            self.selected_key = rows.get(self.selected).copied();
+        }
+    }
+
+    fn select(&mut self, i: usize) {
+        let rows: Vec<ProcKey> = self.table_rows().iter().map(|e| e.key).collect();
+        self.selected = i.min(rows.len().saturating_sub(1));
+        self.selected_key = rows.get(self.selected).copied();
+    }
+
+    pub fn update(&mut self, msg: Msg) -> Effect {
+        match msg {
+            Msg::Batch(b) => {
+                self.model.ingest(&b);
+                if self.paused {
+                    Effect::None
+                } else {
+                    self.follow_selection();
+                    Effect::Redraw
+                }
+            }
+            Msg::Signal(_) => Effect::Quit,
+            Msg::SourceError(e) => {
+                self.error = Some(e);
+                Effect::Quit
+            }
+            Msg::Replay(u) => {
+                let e = self.on_replay(*u);
+                self.follow_selection();
+                e
+            }
+            Msg::Recording(s) => {
+                let changed = self.recording.as_ref() != Some(&s);
+                self.recording = Some(s);
+                if changed {
+                    Effect::Redraw
+                } else {
+                    Effect::None
+                }
+            }
+            Msg::Host(h) => {
+                if self.host.as_ref() == Some(&*h) || self.paused {
+                    self.host = Some(*h);
+                    return Effect::None;
+                }
+                self.host = Some(*h);
+                Effect::Redraw
+            }
+            Msg::Details(d) => match &mut self.overlay {
+                Some(Overlay::Details(k, slot)) if k.pid == d.pid => {
+                    *slot = Some(d);
+                    Effect::Redraw
+                }
+                _ => Effect::None,
+            },
+            Msg::Notice(n) => {
+                self.status = Some(n);
+                Effect::Redraw
+            }
+            Msg::Input(Event::Resize(w, h)) => {
+                self.screen = (w, h);
+                self.follow_selection();
+                Effect::Redraw
+            }
+            Msg::Input(Event::Key(k)) if k.kind != KeyEventKind::Release => self.key(k),
+            Msg::Input(_) => Effect::None,
+        }
+    }
+
+    fn key(&mut self, k: KeyEvent) -> Effect {
+        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && k.code == KeyCode::Char('c') {
+            return Effect::Quit;
+        }
+        if self.filter_editing {
+            match k.code {
+                KeyCode::Esc => {
+                    self.filter.clear();
+                    self.filter_editing = false;
+                }
+                KeyCode::Enter => self.filter_editing = false,
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) if !ctrl && self.filter.chars().count() < 64 => {
+                    self.filter.push(c)
+                }
+                _ => return Effect::None,
+            }
+            self.follow_selection();
+            return Effect::Redraw;
+        }
+        if let Some(o) = &self.overlay {
+            let help = matches!(o, Overlay::Help);
+            match k.code {
+                KeyCode::Char('q') => return Effect::Quit,
+                KeyCode::Char('h') | KeyCode::Char('?') if !help => {
+                    self.overlay = Some(Overlay::Help)
+                }
+                _ => self.overlay = None,
+            }
+            return Effect::Redraw;
+        }
+        if let Some(e) = self.replay.as_mut().and_then(|r| r.key(&k)) {
+            return e;
+        }
+        self.status = None;
+        match k.code {
+            KeyCode::Char('q') => Effect::Quit,
+            KeyCode::Down | KeyCode::Char('j') => self.move_by(1),
+            KeyCode::Up | KeyCode::Char('k') => self.move_by(-1),
+            KeyCode::PageDown => self.move_by(10),
+            KeyCode::PageUp => self.move_by(-10),
+            KeyCode::Home => self.move_by(i64::MIN / 2),
+            KeyCode::End => self.move_by(i64::MAX / 2),
+            KeyCode::Char(' ') => {
+                self.paused = !self.paused;
+                self.frozen = self.paused.then(|| Box::new(self.model.clone()));
+                self.follow_selection();
+                Effect::Redraw
+            }
+            KeyCode::Char('+') => self.change_interval(true),
+            KeyCode::Char('-') => self.change_interval(false),
+            KeyCode::Char('P') => {
+                self.sort = SortBy::Cpu;
+                self.status = Some(SORTED_CPU.into());
+                self.follow_selection();
+                Effect::Redraw
+            }
+            KeyCode::Char('M') => {
+                if self.shown().mem.available {
+                    self.sort = SortBy::Mem;
+                    self.status = Some(SORTED_MEM.into());
+                } else {
+                    // No memory data from this kernel (or recording): say so, show nothing
+                    // made up.
+                    self.sort = SortBy::Cpu;
+                    self.status = Some(NO_MEMORY.into());
+                }
+                self.follow_selection();
+                Effect::Redraw
+            }
+            KeyCode::Char('p') => self.toggle_pin(),
+            KeyCode::Char('/') => {
+                self.filter_editing = true;
+                Effect::Redraw
+            }
+            KeyCode::Esc => {
+                self.filter.clear();
+                self.follow_selection();
+                Effect::Redraw
+            }
+            KeyCode::Tab | KeyCode::BackTab => {
+                self.focus = match self.focus {
+                    Focus::Table if !self.shown().qos.procs().is_empty() => Focus::Qos,
+                    _ => Focus::Table,
+                };
+                Effect::Redraw
+            }
+            KeyCode::Enter => match self.selected_entry().map(|e| e.key) {
+                Some(key) => {
+                    self.overlay = Some(Overlay::Details(key, None));
+                    Effect::Details(key)
+                }
+                None => Effect::None,
+            },
+            KeyCode::Char('h') | KeyCode::Char('?') => {
+                self.overlay = Some(Overlay::Help);
+                Effect::Redraw
+            }
+            _ => Effect::None,
+        }
+    }
+
+    fn move_by(&mut self, d: i64) -> Effect {
+        match self.focus {
+            Focus::Table => {
+                let i = (self.selected as i64).saturating_add(d).max(0) as usize;
+                self.select(i);
+            }
+            Focus::Qos => {
+                let n = self.shown().qos.procs().len();
+                let i = (self.qos_selected as i64).saturating_add(d).max(0) as usize;
+                self.qos_selected = i.min(n.saturating_sub(1));
+            }
+        }
+        Effect::Redraw
+    }
+
+    fn toggle_pin(&mut self) -> Effect {
+        let Some(e) = self.selected_entry() else {
+            return Effect::None;
+        };
+        let key = e.key;
+        let exited = e.exited();
+        let table = &self.model.table;
+        if !table.pins().contains(&key) && !exited && table.live_pins().len() >= MAX_PINS {
+            self.status = Some(format!("at most {MAX_PINS} processes can be pinned"));
+            return Effect::Redraw;
+        }
+        self.model.table.toggle_pin(key);
+        if let Some(f) = &mut self.frozen {
+            f.table.toggle_pin(key);
+        }
+        self.follow_selection();
+        if self.replay.is_some() {
+            // A recording's QoS data is what it is: the pin only keeps the row in view.
+            return Effect::Redraw;
+        }
+        Effect::SetPins(self.model.table.live_pins())
+    }
+
+    fn change_interval(&mut self, longer: bool) -> Effect {
+        let ms = self.interval.as_millis() as u64;
+        // 10, 20, 50, 100, 200, 500 ms, 1, 2, 5, 10 s.
+        let steps = [10u64, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000];
+        let next = if longer {
+            steps.iter().copied().find(|s| *s > ms)
+        } else {
+            steps.iter().rev().copied().find(|s| *s < ms)
+        };
+        match next {
+            Some(ms) => {
+                self.interval = Duration::from_millis(ms).clamp(MIN_INTERVAL, MAX_INTERVAL);
+                Effect::SetInterval(self.interval)
+            }
+            None => Effect::None,
+        }
+    }
+}

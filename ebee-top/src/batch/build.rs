@@ -1,0 +1,203 @@
+//! Batches made by hand, for tests (unit and integration), the fuzzer's seeds and benchmarks:
+//! a builder that starts from an empty interval, so a test names only the rows it is about, and
+//! [`plausible`], an interval with a bit of everything the recording and replay tests need.
+//! Never used on a live path: live Batches come from the kernel, replayed ones from a file.
+
+use super::qos::{QosSample, RequestSample, SyscallSample};
+use super::{Batch, CpuRow, Dropped, Exit, MemRow, MemStats, ProcInfo};
+
+/// Builds one Batch; see [`Batch::build`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct BatchBuilder(Batch);
+
+impl Batch {
+    /// Interval `seq`, covering `start_ns .. start_ns + len_ns` (`CLOCK_MONOTONIC`), with
+    /// nothing in it yet and no burst bins (see [`BatchBuilder::bins`]).
+    pub fn build(seq: u64, start_ns: u64, len_ns: u64) -> BatchBuilder {
+        BatchBuilder(Batch {
+            seq,
+            start_ns,
+            end_ns: start_ns + len_ns,
+            ..Default::default()
+        })
+    }
+}
+
+impl ProcInfo {
+    /// A process known by pid and name only.
+    pub fn named(pid: u32, comm: impl Into<String>) -> Self {
+        Self {
+            pid,
+            comm: comm.into(),
+            ..Default::default()
+        }
+    }
+}
+
+impl BatchBuilder {
+    /// Burst bins `width_ns` wide (the rows' `bins` are per bin of this width).
+    pub fn bins(mut self, width_ns: u64) -> Self {
+        self.0.bin_width_ns = width_ns;
+        self
+    }
+
+    /// Wall-clock time at the end of the interval, ms since the Unix epoch.
+    pub fn wall_ms(mut self, t_ms: u64) -> Self {
+        self.0.t_ms = t_ms;
+        self
+    }
+
+    /// The machine: `ncpus` CPUs and `switches` context switches charged.
+    pub fn cpus(mut self, ncpus: u32, switches: u64) -> Self {
+        self.0.ncpus = ncpus;
+        self.0.switches = switches;
+        self
+    }
+
+    /// One process's on-CPU time (rows go in the order given: heaviest first, as the kernel's).
+    pub fn cpu(mut self, pid: u32, ns: u64, bins: &[u64]) -> Self {
+        self.0.cpu.push(CpuRow {
+            pid,
+            ns,
+            bins: bins.to_vec(),
+        });
+        self
+    }
+
+    /// What is known of a process.
+    pub fn proc(mut self, p: ProcInfo) -> Self {
+        self.0.procs.push(p);
+        self
+    }
+
+    /// A process that ended at `ts_ns`.
+    pub fn exit(mut self, pid: u32, ts_ns: u64) -> Self {
+        self.0.exits.push(Exit { pid, ts_ns });
+        self
+    }
+
+    /// One process's resident memory; the memory pipeline is then marked available.
+    pub fn mem(mut self, pid: u32, rss_bytes: u64, rss_delta_bytes: i64) -> Self {
+        self.0.mem.push(MemRow {
+            pid,
+            rss_bytes,
+            rss_delta_bytes,
+        });
+        self.0.mem_stats.available = true;
+        self
+    }
+
+    /// One pinned process's QoS sample; the request model is marked available.
+    pub fn qos(mut self, s: QosSample) -> Self {
+        self.0.qos.procs.push(s);
+        self.0.qos.request_model = true;
+        self
+    }
+
+    /// Anything else, by hand.
+    pub fn with(mut self, f: impl FnOnce(&mut Batch)) -> Self {
+        f(&mut self.0);
+        self
+    }
+
+    pub fn done(self) -> Batch {
+        self.0
+    }
+}
+
+/// A plausible 50 ms interval: `n` processes (pids from 1000) with command lines, burst bins
+/// and resident memory, an exit, a pinned process answering requests, and numbers that change
+/// with `seq`, so consecutive intervals differ the way live ones do.
+pub fn plausible(seq: u64, n: u32) -> Batch {
+    let start = seq * 50_000_000;
+    let mut b = Batch::build(seq, start, 50_000_000)
+        .bins(10_000_000)
+        .wall_ms(1_700_000_000_000 + seq * 50)
+        .cpus(2, 800 + seq)
+        .exit(999, start + 1)
+        .qos(QosSample {
+            pid: 1000,
+            comm: "worker-0".into(),
+            syscalls: vec![SyscallSample {
+                nr: 0,
+                count: 40 + seq,
+                total_ns: 2_000_000,
+                max_ns: 90_000,
+                hist: Some(vec![(120, 30), (180, 10 + seq as u32)]),
+            }],
+            requests: RequestSample {
+                requests: 20,
+                total_ns: 1_000_000,
+                max_ns: 80_000,
+                hist: vec![(150, 20)],
+                recvs: 20,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+    for i in 0..n {
+        let pid = 1000 + i;
+        let delta = if i == 0 { 4096 * seq as i64 } else { 0 };
+        b = b
+            .cpu(
+                pid,
+                (u64::from(n - i) * 97_531 + seq * 13) % 50_000_000,
+                &[u64::from(i) * 1000 + seq; 5],
+            )
+            .proc(ProcInfo {
+                pid,
+                start_ticks: u64::from(i) * 7,
+                comm: format!("worker-{i}"),
+                cmdline: format!("/usr/bin/worker --id {i} --config /etc/worker.toml"),
+                uid: Some(1000),
+                kthread: false,
+            })
+            .mem(pid, u64::from(n - i) << 20, delta);
+    }
+    b.with(|b| {
+        b.dropped = Dropped {
+            sketch_evictions: seq % 3,
+            ..Default::default()
+        };
+        b.mem_stats = MemStats {
+            available: true,
+            events: 10 + seq,
+            tracked: u64::from(n),
+            ..Default::default()
+        };
+    })
+    .done()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_what_it_is_told_and_nothing_else() {
+        let b = Batch::build(3, 1_000, 50)
+            .bins(10)
+            .cpu(7, 40, &[10, 30])
+            .proc(ProcInfo::named(7, "x"))
+            .exit(8, 1_020)
+            .done();
+        assert_eq!(
+            (b.seq, b.start_ns, b.end_ns, b.bin_width_ns),
+            (3, 1_000, 1_050, 10)
+        );
+        assert_eq!(b.cpu[0].bins, vec![10, 30]);
+        assert_eq!(b.procs[0].comm, "x");
+        assert_eq!(b.exits[0].pid, 8);
+        assert!(b.mem.is_empty() && !b.mem_stats.available && b.qos.procs.is_empty());
+    }
+
+    #[test]
+    fn plausible_intervals_follow_each_other() {
+        let (a, b) = (plausible(1, 4), plausible(2, 4));
+        assert_eq!(a.end_ns, b.start_ns);
+        assert_eq!((a.cpu.len(), a.procs.len(), a.mem.len()), (4, 4, 4));
+        assert_ne!(a.cpu, b.cpu);
+        assert!(a.mem_stats.available && a.qos.request_model);
+    }
+}

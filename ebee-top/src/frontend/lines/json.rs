@@ -1,0 +1,241 @@
+//! JSON Lines: one object per interval (the schema is in the README), drawn from the Model.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use super::QOS_TOP_SYSCALLS;
+
+use crate::batch::{Dropped, MemStats, SelfCost};
+use crate::model::mem::MemEntry;
+use crate::model::qos::QosStats;
+use crate::model::{CpuEntry, Model};
+
+#[derive(Serialize)]
+struct JsonCpu<'a> {
+    pid: u32,
+    comm: &'a str,
+    cpu_ns: u64,
+    cpu_pct: f64,
+}
+
+/// Two decimals for rates and latencies in µs.
+fn r2(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+#[derive(Serialize)]
+struct JsonQosStats {
+    syscalls_per_s: f64,
+    rps: f64,
+    requests: u64,
+    p50_us: Option<f64>,
+    p90_us: Option<f64>,
+    p99_us: Option<f64>,
+    p999_us: Option<f64>,
+    max_us: Option<f64>,
+}
+
+impl From<&QosStats> for JsonQosStats {
+    fn from(s: &QosStats) -> Self {
+        Self {
+            syscalls_per_s: r2(s.syscalls_per_s),
+            rps: r2(s.rps),
+            requests: s.requests,
+            p50_us: s.p50_us.map(r2),
+            p90_us: s.p90_us.map(r2),
+            p99_us: s.p99_us.map(r2),
+            p999_us: s.p999_us.map(r2),
+            max_us: s.max_us.map(r2),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonSyscall {
+    name: String,
+    nr: u32,
+    count: u64,
+    total_us: f64,
+    mean_us: f64,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    max_us: f64,
+}
+
+#[derive(Serialize)]
+struct JsonQosLost {
+    unmatched: u64,
+    hist_full: u64,
+    conn_full: u64,
+}
+
+#[derive(Serialize)]
+struct JsonQos {
+    pid: u32,
+    comm: String,
+    pinned: bool,
+    exited: bool,
+    server: bool,
+    #[serde(flatten)]
+    interval: JsonQosStats,
+    window_s: f64,
+    window: JsonQosStats,
+    top_syscalls: Vec<JsonSyscall>,
+    lost: JsonQosLost,
+}
+
+fn json_qos(m: &Model) -> Vec<JsonQos> {
+    m.qos
+        .procs()
+        .into_iter()
+        .filter_map(|pid| m.qos.view(pid))
+        .map(|v| JsonQos {
+            pid: v.pid,
+            comm: v.comm.clone(),
+            pinned: v.pinned,
+            exited: v.exited,
+            server: v.server,
+            interval: (&v.interval).into(),
+            window_s: r2(v.window.span_s),
+            window: (&v.window).into(),
+            top_syscalls: v
+                .top_syscalls
+                .iter()
+                .take(QOS_TOP_SYSCALLS)
+                .map(|s| JsonSyscall {
+                    name: s.name.clone(),
+                    nr: s.nr,
+                    count: s.count,
+                    total_us: r2(s.total_ns as f64 / 1000.0),
+                    mean_us: r2(s.mean_us),
+                    p50_us: s.p50_us.map(r2),
+                    p99_us: s.p99_us.map(r2),
+                    max_us: r2(s.max_us),
+                })
+                .collect(),
+            lost: JsonQosLost {
+                unmatched: v.unmatched,
+                hist_full: v.hist_full,
+                conn_full: v.conn_full,
+            },
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct JsonMem {
+    pid: u32,
+    comm: String,
+    rss_bytes: u64,
+    rss_delta_bytes: i64,
+    growth_bytes_per_s: f64,
+}
+
+fn json_mem(m: &Model, rows: Vec<MemEntry>) -> Vec<JsonMem> {
+    rows.into_iter()
+        .map(|e| JsonMem {
+            pid: e.pid,
+            comm: m
+                .proc_info(e.pid)
+                .map(|p| p.comm.clone())
+                .unwrap_or_default(),
+            rss_bytes: e.rss_bytes,
+            rss_delta_bytes: e.rss_delta_bytes,
+            growth_bytes_per_s: e.growth_per_s.round(),
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    t_ms: u64,
+    interval_ms: u64,
+    interval_ns: u64,
+    seq: u64,
+    ncpus: u32,
+    switches: u64,
+    cpu: Vec<JsonCpu<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_exact: Option<Vec<JsonCpu<'a>>>,
+    exited: Vec<u32>,
+    dropped: &'a Dropped,
+    cost: &'a SelfCost,
+    qos: Vec<JsonQos>,
+    mem: Vec<JsonMem>,
+    mem_growth: Vec<JsonMem>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mem_exact: Option<Vec<JsonMem>>,
+    mem_stats: &'a MemStats,
+}
+
+fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
+    rows.iter()
+        .map(|r| JsonCpu {
+            pid: r.pid,
+            comm: &r.comm,
+            cpu_ns: r.cpu_ns,
+            // Two decimals are all a share of a CPU needs.
+            cpu_pct: (r.cpu_pct * 100.0).round() / 100.0,
+        })
+        .collect()
+}
+
+/// One JSON object for the last interval, followed by a newline.
+pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {
+    let Some(b) = m.latest() else { return Ok(()) };
+    let top = m.top_cpu(k);
+    let exact = m.top_cpu_exact(k);
+    let line = JsonLine {
+        t_ms: b.t_ms,
+        interval_ms: (b.interval_ns() + 500_000) / 1_000_000,
+        interval_ns: b.interval_ns(),
+        seq: b.seq,
+        ncpus: b.ncpus,
+        switches: b.switches,
+        cpu: json_rows(&top),
+        cpu_exact: exact.as_deref().map(json_rows),
+        exited: b.exits.iter().map(|e| e.pid).collect(),
+        dropped: &b.dropped,
+        cost: &b.cost,
+        qos: json_qos(m),
+        mem: json_mem(m, m.mem.sketch.top_rss(k)),
+        mem_growth: json_mem(m, m.mem.sketch.top_growth(k)),
+        mem_exact: m.mem.exact.as_ref().map(|e| json_mem(m, e.top_rss(k))),
+        mem_stats: &b.mem_stats,
+    };
+    serde_json::to_writer(&mut *out, &line)?;
+    out.write_all(b"\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::lines::tests::model;
+
+    #[test]
+    fn json_line_follows_the_schema() {
+        let mut out = Vec::new();
+        write_json(&mut out, &model(), 20).unwrap();
+        assert_eq!(out.last(), Some(&b'\n'));
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["t_ms"], 1_700_000_000_123u64);
+        assert_eq!(v["interval_ms"], 50);
+        assert_eq!(v["cpu"][0]["pid"], 42);
+        assert_eq!(v["cpu"][0]["comm"], "burn\"er");
+        assert_eq!(v["cpu"][0]["cpu_ns"], 25_000_000);
+        assert_eq!(v["cpu"][0]["cpu_pct"], 50.0);
+        assert!(v["dropped"]["sketch_evicted_ns"].is_u64());
+        assert!(v.get("cpu_exact").is_none());
+        assert_eq!(v["mem"][0]["pid"], 42);
+        assert_eq!(v["mem"][0]["comm"], "burn\"er");
+        assert_eq!(v["mem"][0]["rss_bytes"], 300u64 << 20);
+        assert_eq!(v["mem"][0]["rss_delta_bytes"], 64u64 << 20);
+        // 64 MiB in 50 ms.
+        assert_eq!(v["mem"][0]["growth_bytes_per_s"], 1_342_177_280.0);
+        assert_eq!(v["mem"][1]["pid"], 43);
+        assert_eq!(v["mem_growth"].as_array().map(Vec::len), Some(1));
+        assert_eq!(v["mem_stats"]["available"], true);
+        assert!(v.get("mem_exact").is_none());
+    }
+}

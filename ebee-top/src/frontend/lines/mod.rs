@@ -1,0 +1,102 @@
+//! Batch mode (`-b`, like top's): every interval written to stdout as it closes, as top-style
+//! text or JSON Lines, drawn from the same Model as the screen. Export writes a recording's
+//! intervals through the same writers.
+
+mod json;
+mod text;
+
+use std::io::Write as _;
+
+use anyhow::Context as _;
+
+pub use json::write_json;
+pub use text::write_text;
+
+use super::latency::Latency;
+use crate::cli::{Cli, Format};
+use crate::model::Model;
+use crate::source::{Live, Source, Tee};
+use crate::time::monotonic_ns;
+
+/// Syscalls listed per pinned process.
+pub const QOS_TOP_SYSCALLS: usize = 5;
+
+/// One interval of the Model in the chosen format.
+pub fn write(out: &mut impl std::io::Write, m: &Model, k: usize, f: Format) -> std::io::Result<()> {
+    match f {
+        Format::Json => write_json(out, m, k),
+        Format::Text => write_text(out, m, k),
+    }
+}
+
+/// `ebee-top -b`: print every interval until `-n`, a signal, or a closed pipe.
+pub fn run(cli: &Cli) -> anyhow::Result<()> {
+    let mut live = Live::start(super::probe_config(cli), cli.delay)?;
+    super::pin(&mut live, cli)?;
+    let recorder = super::recording::start(cli, super::recording::stderr_notify())?;
+    let mut source: Box<dyn Source> = match &recorder {
+        Some(r) => Box::new(Tee {
+            inner: live,
+            tap: r.tap(),
+        }),
+        None => Box::new(live),
+    };
+    let quit = super::signal_flag()?;
+    let mut model = Model::new();
+    let mut out = std::io::stdout().lock();
+    let k = cli.top as usize;
+    let mut n = 0u64;
+    let mut latency = Latency::new();
+    while !quit.load(std::sync::atomic::Ordering::Relaxed) {
+        let Some(b) = source.next_batch()? else { break };
+        latency.drained(b.end_ns, monotonic_ns());
+        model.ingest(&b);
+        match write(&mut out, &model, k, cli.format).and_then(|()| out.flush()) {
+            Ok(()) => latency.shown(b.end_ns, monotonic_ns()),
+            // The reader went away (`| head`): that is a normal end.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(e).context("writing output"),
+        }
+        n += 1;
+        if cli.iterations.is_some_and(|max| n >= max) {
+            break;
+        }
+    }
+    if let Some(r) = recorder {
+        r.finish();
+    }
+    if let Some(path) = &cli.latency_report {
+        latency.write_report(path)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::batch::{Batch, MemStats, ProcInfo};
+    use crate::model::Model;
+
+    /// One interval: a process at half a CPU holding 300 MiB (64 MiB of it new), another
+    /// holding 10 MiB.
+    pub(crate) fn model() -> Model {
+        let mut m = Model::new();
+        m.ingest(
+            &Batch::build(7, 0, 50_000_000)
+                .wall_ms(1_700_000_000_123)
+                .cpus(2, 0)
+                .cpu(42, 25_000_000, &[])
+                .proc(ProcInfo::named(42, "burn\"er"))
+                .mem(42, 300 << 20, 64 << 20)
+                .mem(43, 10 << 20, 0)
+                .with(|b| {
+                    b.mem_stats = MemStats {
+                        available: true,
+                        tracked: 2,
+                        ..Default::default()
+                    }
+                })
+                .done(),
+        );
+        m
+    }
+}

@@ -1,0 +1,174 @@
+//! Top-style text: one block per interval (a header line, the top K by CPU, the memory
+//! rankings, the pinned processes' QoS), drawn from the Model.
+
+use std::io::Write;
+
+use super::QOS_TOP_SYSCALLS;
+use crate::model::Model;
+use crate::time::fmt_wall;
+
+/// A top-style block of text for the last interval.
+pub fn write_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {
+    let Some(b) = m.latest() else { return Ok(()) };
+    let d = &b.dropped;
+    writeln!(
+        out,
+        "ebee-top - interval {} #{}: {:.1} ms, {} cpus, {} switches, lost {} ns in {} evictions",
+        fmt_wall(b.t_ms),
+        b.seq,
+        b.interval_ns() as f64 / 1e6,
+        b.ncpus,
+        b.switches,
+        d.sketch_evicted_ns,
+        d.sketch_evictions
+    )?;
+    writeln!(
+        out,
+        "{:>7} {:>6} {:>10}  COMMAND",
+        "PID", "%CPU", "TIME(ms)"
+    )?;
+    for r in m.top_cpu(k) {
+        let name = if r.comm.is_empty() { "?" } else { &r.comm };
+        writeln!(
+            out,
+            "{:>7} {:>6.1} {:>10.3}  {}{}",
+            r.pid,
+            r.cpu_pct,
+            r.cpu_ns as f64 / 1e6,
+            name,
+            if r.exited { " (exited)" } else { "" }
+        )?;
+    }
+    write_mem_text(out, m, k)?;
+    write_qos_text(out, m)?;
+    writeln!(out)
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Resident memory: the largest processes, then the fastest growing of the last interval.
+fn write_mem_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {
+    let Some(b) = m.latest() else { return Ok(()) };
+    if !m.mem.available {
+        return Ok(());
+    }
+    let st = &b.mem_stats;
+    writeln!(
+        out,
+        "{:>7} {:>10} {:>10} {:>11}  COMMAND (memory: {} processes, {} rss_stat events, {} evictions)",
+        "PID", "RES(MiB)", "DELTA(MiB)", "GROW(MiB/s)", st.tracked, st.events, st.evictions
+    )?;
+    let name = |pid: u32| {
+        m.proc_info(pid)
+            .map(|p| p.comm.clone())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "?".into())
+    };
+    for e in m.mem.sketch.top_rss(k) {
+        writeln!(
+            out,
+            "{:>7} {:>10.1} {:>+10.1} {:>11.1}  {}",
+            e.pid,
+            e.rss_bytes as f64 / MIB,
+            e.rss_delta_bytes as f64 / MIB,
+            e.growth_per_s / MIB,
+            name(e.pid)
+        )?;
+    }
+    let growth: Vec<String> = m
+        .mem
+        .sketch
+        .top_growth(5)
+        .into_iter()
+        .map(|e| {
+            format!(
+                "{} {} +{:.1}MiB",
+                e.pid,
+                name(e.pid),
+                e.rss_delta_bytes as f64 / MIB
+            )
+        })
+        .collect();
+    if !growth.is_empty() {
+        writeln!(out, "{:>7}   growing: {}", "", growth.join(", "))?;
+    }
+    Ok(())
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |us| format!("{:.3}", us / 1000.0))
+}
+
+/// The pinned processes' QoS: the last interval, then the sliding window.
+fn write_qos_text(out: &mut impl Write, m: &Model) -> std::io::Result<()> {
+    let views: Vec<_> = m
+        .qos
+        .procs()
+        .into_iter()
+        .filter_map(|p| m.qos.view(p))
+        .collect();
+    if views.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:>7} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  COMMAND (QoS; latency in ms)",
+        "PID", "SPAN", "SYSCALL/s", "REQ/s", "p50", "p90", "p99", "p99.9", "max"
+    )?;
+    for v in views {
+        let state = if v.exited {
+            " (exited)"
+        } else if !v.pinned {
+            " (unpinned)"
+        } else if !v.server {
+            " (no requests)"
+        } else {
+            ""
+        };
+        for (span, st) in [("last", &v.interval), ("win", &v.window)] {
+            writeln!(
+                out,
+                "{:>7} {:>5} {:>10.0} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>9}  {}{}",
+                v.pid,
+                span,
+                st.syscalls_per_s,
+                st.rps,
+                ms(st.p50_us),
+                ms(st.p90_us),
+                ms(st.p99_us),
+                ms(st.p999_us),
+                ms(st.max_us),
+                v.comm,
+                state
+            )?;
+        }
+        let top: Vec<String> = v
+            .top_syscalls
+            .iter()
+            .take(QOS_TOP_SYSCALLS)
+            .map(|s| format!("{} {:.1}ms/{}", s.name, s.total_ns as f64 / 1e6, s.count))
+            .collect();
+        writeln!(out, "{:>7}   top syscalls (window): {}", "", top.join(", "))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::lines::tests::model;
+
+    #[test]
+    fn text_has_a_header_and_rows() {
+        let mut out = Vec::new();
+        write_text(&mut out, &model(), 20).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("PID"));
+        assert!(s.lines().any(|l| l.contains("42") && l.contains("50.0")));
+        assert!(s.contains("RES(MiB)"));
+        assert!(
+            s.lines()
+                .any(|l| l.contains("42") && l.contains("300.0") && l.contains("+64.0"))
+        );
+    }
+}

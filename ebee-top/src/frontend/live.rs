@@ -1,0 +1,130 @@
+//! The interactive screen on the live kernel: the programs are loaded before the terminal is
+//! touched (so loader errors print as plain lines), the drain runs on a thread of its own and
+//! sends one Batch per tick, the host's totals come from another once a second, and the UI
+//! asks the drain thread to change the interval or the pins.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use super::screen::{self, Inputs};
+use crate::app::{App, Effect, Msg};
+use crate::cli::Cli;
+use crate::record::RecStatus;
+use crate::source::{Live, Source, Tee};
+
+/// `ebee-top` without `-b`.
+pub fn run(cli: &Cli) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        anyhow::bail!("standard output is not a terminal; use --batch for scripts and pipes");
+    }
+    let mut live = Live::start(super::probe_config(cli), cli.delay)?;
+    super::pin(&mut live, cli)?;
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>();
+
+    let rec_tx = tx.clone();
+    let recorder = super::recording::start(
+        cli,
+        Box::new(move |s| {
+            let _ = rec_tx.send(Msg::Recording(s.clone()));
+        }),
+    )?;
+    let source: Box<dyn Source + Send> = match &recorder {
+        Some(r) => Box::new(Tee {
+            inner: live,
+            tap: r.tap(),
+        }),
+        None => Box::new(live),
+    };
+    spawn_drain(source, tx.clone(), ctl_rx)?;
+    let host_tx = tx.clone();
+    crate::os::host::spawn(move |h| host_tx.send(Msg::Host(Box::new(h))).is_ok())
+        .context("starting the host thread")?;
+    let mut app = App::new(cli.top as usize, cli.delay);
+    app.users = crate::os::details::users();
+    for pid in &cli.pids {
+        app.model.table.pin_pid(*pid);
+    }
+    if let Some(path) = &cli.record {
+        app.recording = Some(RecStatus {
+            path: path.display().to_string(),
+            ..Default::default()
+        });
+    }
+    let r = screen::run(
+        app,
+        super::theme(&cli.screen),
+        Inputs::live(),
+        (tx, rx),
+        cli.latency_report.as_deref(),
+        |e| match e {
+            Effect::SetInterval(d) => {
+                let _ = ctl_tx.send(Ctl::Interval(d));
+            }
+            Effect::SetPins(p) => {
+                let _ = ctl_tx.send(Ctl::Pins(p));
+            }
+            _ => {}
+        },
+    );
+    if let Some(rec) = recorder {
+        let st = rec.finish();
+        if let Some(why) = st.stopped {
+            eprintln!("ebee-top: recording stopped: {why}");
+        }
+    }
+    r
+}
+
+/// What the UI asks of the drain thread.
+#[derive(Debug)]
+enum Ctl {
+    Interval(Duration),
+    Pins(Vec<u32>),
+}
+
+/// The drain thread: one Batch per tick to the UI, and the UI's requests applied between
+/// ticks.
+fn spawn_drain(
+    mut source: Box<dyn Source + Send>,
+    tx: mpsc::Sender<Msg>,
+    ctl: mpsc::Receiver<Ctl>,
+) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("drain".into())
+        .spawn(move || {
+            loop {
+                while let Ok(c) = ctl.try_recv() {
+                    match c {
+                        Ctl::Interval(d) => {
+                            if let Err(e) = source.set_interval(d) {
+                                let _ = tx.send(Msg::SourceError(format!("{e:#}")));
+                                return;
+                            }
+                        }
+                        // A refused pin (the process just ended, too many) is news, not an
+                        // error: the screen goes on.
+                        Ctl::Pins(p) => {
+                            if let Err(e) = source.set_pins(&p) {
+                                let _ = tx.send(Msg::Notice(format!("pin: {e:#}")));
+                            }
+                        }
+                    }
+                }
+                let msg = match source.next_batch() {
+                    Ok(Some(b)) => Msg::Batch(Box::new(b)),
+                    Ok(None) => return,
+                    Err(e) => Msg::SourceError(format!("{e:#}")),
+                };
+                let stop = matches!(msg, Msg::SourceError(_));
+                if tx.send(msg).is_err() || stop {
+                    return;
+                }
+            }
+        })
+        .context("starting the drain thread")?;
+    Ok(())
+}

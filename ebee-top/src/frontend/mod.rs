@@ -1,0 +1,110 @@
+//! The ways to run ebee-top, each a front-end over the layers below: the interactive screen
+//! (live in live.rs, a recording in replay.rs, both through the screen loop in screen/), batch
+//! output (lines/), export of a recording (export.rs) and `--print-maps` (maps.rs). `main.rs`
+//! picks one. Here are the pieces they share.
+
+pub mod export;
+pub mod latency;
+pub mod lines;
+pub mod live;
+pub mod maps;
+pub mod recording;
+pub mod replay;
+pub mod screen;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Context as _;
+
+use crate::cli::{Cli, ColorArg, ScreenArgs};
+use crate::probes::ProbeConfig;
+use crate::record::Reader;
+use crate::source::{Live, Source as _};
+use crate::view::theme::{Colors, Theme};
+
+/// The load-time options the flags ask for.
+pub fn probe_config(cli: &Cli) -> ProbeConfig {
+    ProbeConfig {
+        shadow: cli.exact,
+        trace: false,
+        bpf_stats: !cli.no_bpf_stats,
+    }
+}
+
+/// Pin the processes given with `-p` (a missing one ends the run with exit code 5).
+pub fn pin(source: &mut Live, cli: &Cli) -> anyhow::Result<()> {
+    if !cli.pids.is_empty() {
+        source.set_pins(&cli.pids)?;
+    }
+    Ok(())
+}
+
+/// A flag set by SIGINT, SIGTERM or SIGHUP.
+pub fn signal_flag() -> anyhow::Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, flag.clone()).context("installing signal handlers")?;
+    }
+    Ok(flag)
+}
+
+/// Open a recording to play or export: the damage found in it goes to stderr, one line each,
+/// and a recording with no complete interval is refused (the typed error gives the exit code).
+pub fn open_recording(path: &Path) -> anyhow::Result<Reader<std::fs::File>> {
+    let r = Reader::open(path)?;
+    for d in r.damage() {
+        eprintln!("ebee-top: warning: {}: {d}", path.display());
+    }
+    Ok(r.nonempty(path)?)
+}
+
+/// How the screen is drawn, from `--color`, `--ascii` and the environment (NO_COLOR,
+/// COLORTERM, TERM).
+pub fn theme(a: &ScreenArgs) -> Theme {
+    let env = |k: &str| std::env::var(k).ok();
+    let colors = match a.color {
+        ColorArg::Auto => Colors::detect(
+            env("NO_COLOR").as_deref(),
+            env("COLORTERM").as_deref(),
+            env("TERM").as_deref(),
+        ),
+        ColorArg::Never => Colors::None,
+        ColorArg::C16 => Colors::Ansi16,
+        ColorArg::C256 => Colors::Ansi256,
+        ColorArg::Truecolor => Colors::TrueColor,
+    };
+    Theme {
+        colors,
+        ascii: a.ascii,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[test]
+    fn color_and_ascii_flags() {
+        let t = |args: &[&str]| theme(&Cli::try_parse_from(args).unwrap().screen);
+        assert_eq!(
+            t(&["ebee-top", "--color", "256", "--ascii"]).colors,
+            Colors::Ansi256
+        );
+        assert!(t(&["ebee-top", "--color", "256", "--ascii"]).ascii);
+        for (v, want) in [
+            ("never", Colors::None),
+            ("16", Colors::Ansi16),
+            ("truecolor", Colors::TrueColor),
+        ] {
+            assert_eq!(t(&["ebee-top", "--color", v]).colors, want);
+        }
+    }
+}

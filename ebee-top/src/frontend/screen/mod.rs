@@ -1,0 +1,168 @@
+//! The interactive screen, whatever feeds it. [`Screen`] is the loop: each message (an
+//! interval, a key, a resize, a signal, news from the recorder, host or replay thread) is folded
+//! into the `App`; the frame is redrawn only when `update` says something changed; effects
+//! other than redraw and quit go to the caller. It is generic over ratatui's `Backend` and takes
+//! what it reads from the world as [`Inputs`] (the clock, a process's details) and everything
+//! else as messages, so whole key flows run in tests on a `TestBackend`, without root or a
+//! terminal. [`run`] puts it on the real terminal.
+
+pub mod terminal;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::sync::mpsc::{Receiver, Sender};
+
+use anyhow::Context as _;
+use ratatui::{Terminal, backend::Backend};
+
+use super::latency::Latency;
+use crate::app::{App, Effect, Msg};
+use crate::model::procs::ProcKey;
+use crate::os::details::Details;
+use crate::view::theme::Theme;
+
+/// What the screen loop reads from the world besides its messages.
+pub struct Inputs {
+    /// `CLOCK_MONOTONIC` now, ns: when an interval's Batch arrived and its frame was drawn.
+    pub clock: Box<dyn FnMut() -> u64>,
+    /// A process's details for the popup, read when it opens (never while drawing).
+    pub details: Box<dyn FnMut(ProcKey) -> Details>,
+}
+
+impl Inputs {
+    /// The machine ebee-top runs on: its clock and its /proc.
+    pub fn live() -> Self {
+        Self {
+            clock: Box::new(crate::time::monotonic_ns),
+            details: Box::new(|k| crate::os::details::details(k.pid, k.start_ticks)),
+        }
+    }
+
+    /// A recording: this machine's /proc says nothing about a recorded process.
+    pub fn recording() -> Self {
+        Self {
+            clock: Box::new(crate::time::monotonic_ns),
+            details: Box::new(|k| Details {
+                pid: k.pid,
+                note: Some("from a recording: only what was recorded is known".into()),
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+/// The App on a terminal.
+pub struct Screen<B: Backend> {
+    terminal: Terminal<B>,
+    app: App,
+    theme: Theme,
+    inputs: Inputs,
+    /// How late each interval's frame was, from the kernel closing it.
+    latency: Latency,
+}
+
+impl<B: Backend> Screen<B> {
+    /// The App sized to the terminal, nothing drawn yet.
+    pub fn new(terminal: Terminal<B>, mut app: App, theme: Theme, inputs: Inputs) -> Self {
+        if let Ok(size) = terminal.size() {
+            app.screen = (size.width, size.height);
+        }
+        Self {
+            terminal,
+            app,
+            theme,
+            inputs,
+            latency: Latency::new(),
+        }
+    }
+
+    pub fn app(&self) -> &App {
+        &self.app
+    }
+
+    pub fn backend(&self) -> &B {
+        self.terminal.backend()
+    }
+
+    /// Draw the App as it is (only the cells that changed reach the terminal).
+    pub fn draw(&mut self) -> anyhow::Result<()> {
+        let (app, theme) = (&self.app, &self.theme);
+        self.terminal
+            .draw(|f| crate::view::render(app, theme, f))
+            .context("drawing")?;
+        Ok(())
+    }
+
+    /// Fold one message in and redraw if it changed something. Effects other than redraw and
+    /// quit go to `on_effect`. False when the screen is to close.
+    pub fn step(&mut self, msg: Msg, on_effect: &mut impl FnMut(Effect)) -> anyhow::Result<bool> {
+        let interval_end = match &msg {
+            Msg::Batch(b) => {
+                self.latency.drained(b.end_ns, (self.inputs.clock)());
+                Some(b.end_ns)
+            }
+            _ => None,
+        };
+        match self.app.update(msg) {
+            Effect::None => return Ok(true),
+            Effect::Quit => return Ok(false),
+            Effect::Redraw => {}
+            Effect::Details(k) => {
+                // Read now, on opening: one small read, never while drawing.
+                let d = (self.inputs.details)(k);
+                self.app.update(Msg::Details(Box::new(d)));
+            }
+            other => on_effect(other),
+        }
+        self.draw()?;
+        if let Some(end) = interval_end {
+            // `draw` has flushed the changed cells to the terminal.
+            self.latency.shown(end, (self.inputs.clock)());
+        }
+        Ok(true)
+    }
+
+    /// Draw, then fold messages in until the App quits or every sender is gone.
+    pub fn run(
+        &mut self,
+        rx: &Receiver<Msg>,
+        mut on_effect: impl FnMut(Effect),
+    ) -> anyhow::Result<()> {
+        self.draw()?;
+        while let Ok(msg) = rx.recv() {
+            if !self.step(msg, &mut on_effect)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Run the screen on the real terminal: signals and input become messages on `tx`, the
+/// terminal is restored before this returns, and with `latency_report` (live only: replayed
+/// intervals ended long ago) how late each interval's frame was is written there on the way
+/// out. The App's error, if it quit on one, is the result.
+pub fn run(
+    app: App,
+    theme: Theme,
+    inputs: Inputs,
+    (tx, rx): (Sender<Msg>, Receiver<Msg>),
+    latency_report: Option<&Path>,
+    on_effect: impl FnMut(Effect),
+) -> anyhow::Result<()> {
+    terminal::spawn_signals(tx.clone())?;
+    let (guard, term) = terminal::Guard::enter().context("setting up the terminal")?;
+    terminal::spawn_input(tx)?;
+    let mut screen = Screen::new(term, app, theme, inputs);
+    let r = screen.run(&rx, on_effect);
+    drop(guard);
+    r?;
+    if let Some(path) = latency_report {
+        screen.latency.write_report(path)?;
+    }
+    match screen.app.error {
+        Some(e) => Err(anyhow::anyhow!(e)),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,1 @@
+//! (screen tests: written below)

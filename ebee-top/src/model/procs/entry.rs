@@ -1,0 +1,109 @@
+//! Who a process is: its key (pid and start time, so a reused pid is a new process) and its
+//! entry in the table, filled from what Batches say of it.
+
+use std::collections::hash_map;
+
+use super::{Burst, ProcTable};
+use crate::batch::ProcInfo;
+
+/// A process: its pid and start time (clock ticks after boot; 0 when it was gone before we
+/// could read it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcKey {
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+/// One process in the table.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProcEntry {
+    pub key: ProcKey,
+    pub comm: String,
+    pub cmdline: String,
+    pub uid: Option<u32>,
+    pub kthread: bool,
+    /// On-CPU ns in the last interval.
+    pub last_ns: u64,
+    /// Share of one CPU over the last second (100 = one core); frozen at the exit for an
+    /// exited process.
+    pub cpu_pct: f64,
+    /// On-CPU ns since ebee-top first saw the process.
+    pub total_ns: u64,
+    pub burst: Burst,
+    /// `end_ns` of the last interval that charged it.
+    pub last_charged_ns: u64,
+    /// `end_ns` of the interval it exited in.
+    pub exited_ns: Option<u64>,
+    /// The kernel follows it for QoS (from the Batch's `pinned`).
+    pub kernel_pinned: bool,
+}
+
+impl ProcEntry {
+    pub fn exited(&self) -> bool {
+        self.exited_ns.is_some()
+    }
+
+    /// What the table shows as the command: the command line, or `[comm]` for kernel
+    /// threads, or the name.
+    pub fn command(&self) -> String {
+        if !self.cmdline.is_empty() {
+            self.cmdline.clone()
+        } else if self.kthread {
+            format!("[{}]", self.comm)
+        } else {
+            self.comm.clone()
+        }
+    }
+}
+
+impl ProcTable {
+    /// The entry for what a Batch says of a process, made if new; a known pid with another
+    /// start time ends the old process there.
+    pub(super) fn info_for(&mut self, p: &ProcInfo, end_ns: u64) -> ProcKey {
+        let key = match self.current.get(&p.pid) {
+            // Start time unknown (gone before /proc was read): the process we already know.
+            Some(k) if p.start_ticks == 0 || k.start_ticks == p.start_ticks => *k,
+            Some(old) => {
+                // The pid was reused: the old process is over.
+                let old = *old;
+                if let Some(e) = self.entries.get_mut(&old)
+                    && e.exited_ns.is_none()
+                {
+                    e.exited_ns = Some(end_ns);
+                    self.schedule(old);
+                }
+                ProcKey {
+                    pid: p.pid,
+                    start_ticks: p.start_ticks,
+                }
+            }
+            None => ProcKey {
+                pid: p.pid,
+                start_ticks: p.start_ticks,
+            },
+        };
+        self.current.insert(p.pid, key);
+        if let hash_map::Entry::Vacant(v) = self.entries.entry(key) {
+            v.insert(ProcEntry {
+                key,
+                ..Default::default()
+            });
+            self.fresh.push(key);
+        }
+        let Some(e) = self.entries.get_mut(&key) else {
+            return key;
+        };
+        // A name from an exit event (no start time) does not overwrite what /proc said.
+        if !p.comm.is_empty() && (p.start_ticks != 0 || e.comm.is_empty()) {
+            e.comm.clone_from(&p.comm);
+        }
+        if !p.cmdline.is_empty() {
+            e.cmdline.clone_from(&p.cmdline);
+        }
+        if p.uid.is_some() {
+            e.uid = p.uid;
+        }
+        e.kthread |= p.kthread;
+        key
+    }
+}

@@ -1,0 +1,375 @@
+//! The table's behaviour, and the incremental fold against the plain one that visits every
+//! entry on every Batch (kept here as the reference).
+
+use std::collections::BTreeSet;
+
+use super::*;
+use crate::batch::{CpuRow, Exit};
+
+impl ProcTable {
+    /// The fold as it was before it was made incremental: every entry visited on every
+    /// Batch. The reference `ingest` must equal (tests only).
+    fn ingest_full(&mut self, b: &Batch) {
+        self.begin_batch(b);
+        for e in self.entries.values_mut() {
+            if e.exited_ns.is_none() {
+                e.last_ns = 0;
+            }
+            e.kernel_pinned = false;
+        }
+        let interval = b.interval_ns();
+        for r in &b.cpu {
+            let key = match self.current.get(&r.pid) {
+                Some(k) => *k,
+                None => self.info_for(
+                    &ProcInfo {
+                        pid: r.pid,
+                        ..Default::default()
+                    },
+                    b.end_ns,
+                ),
+            };
+            let cells = self.spread(b, &r.bins, r.ns, interval);
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.last_ns = r.ns;
+                e.total_ns += r.ns;
+                e.last_charged_ns = b.end_ns;
+                for (c, ns) in cells {
+                    e.burst.add(c, ns);
+                }
+            }
+        }
+        for pid in &b.pinned {
+            if let Some(e) = self.current.get(pid).and_then(|k| self.entries.get_mut(k)) {
+                e.kernel_pinned = true;
+            }
+        }
+        let now_cell = self.now_cell();
+        let first_kept = (now_cell + 1).saturating_sub(HISTORY_CELLS);
+        let pct_first = (now_cell + 1).saturating_sub(CPU_PCT_SPAN_NS / CELL_NS);
+        let exits: BTreeSet<u32> = b.exits.iter().map(|e| e.pid).collect();
+        for e in self.entries.values_mut() {
+            e.burst.trim(first_kept);
+            if e.exited_ns.is_none() {
+                e.cpu_pct = e.burst.sum(pct_first, now_cell) as f64 * 100.0
+                    / (CPU_PCT_SPAN_NS.min(
+                        self.now_ns
+                            .saturating_sub(self.anchor.unwrap_or(0))
+                            .max(CELL_NS),
+                    )) as f64;
+            }
+        }
+        for pid in exits {
+            if let Some(e) = self.current.get(&pid).and_then(|k| self.entries.get_mut(k))
+                && e.exited_ns.is_none()
+            {
+                e.exited_ns = Some(b.end_ns);
+            }
+        }
+        let now = self.now_ns;
+        let pins = &self.pins;
+        self.entries.retain(|k, e| {
+            if pins.contains(k) {
+                return true;
+            }
+            match e.exited_ns {
+                Some(t) => now.saturating_sub(t) < EXITED_KEEP_NS,
+                None => {
+                    now.saturating_sub(e.last_charged_ns.max(1)) < IDLE_FORGET_NS
+                        || e.last_charged_ns == 0 && e.kernel_pinned
+                }
+            }
+        });
+        let entries = &self.entries;
+        self.current.retain(|_, k| entries.contains_key(k));
+    }
+}
+
+const MS: u64 = 1_000_000;
+
+/// Interval `seq` (from 1) of 50 ms, starting at 1 s + (seq-1)*50 ms.
+fn batch(seq: u64, rows: &[(u32, u64, &[u64])]) -> Batch {
+    let start = 1_000 * MS + (seq - 1) * 50 * MS;
+    Batch {
+        seq,
+        start_ns: start,
+        end_ns: start + 50 * MS,
+        bin_width_ns: 10 * MS,
+        cpu: rows
+            .iter()
+            .map(|&(pid, ns, bins)| CpuRow {
+                pid,
+                ns,
+                bins: bins.to_vec(),
+            })
+            .collect(),
+        procs: rows
+            .iter()
+            .map(|&(pid, _, _)| ProcInfo {
+                pid,
+                start_ticks: 100 + u64::from(pid),
+                comm: format!("p{pid}"),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_20ms_burst_is_two_full_cells() {
+    let mut t = ProcTable::new();
+    t.ingest(&batch(1, &[(7, 20 * MS, &[0, 10 * MS, 10 * MS, 0, 0])]));
+    for s in 2..=4 {
+        t.ingest(&batch(s, &[]));
+    }
+    let e = t.by_pid(7).unwrap();
+    let d = e.burst.dense(t.now_cell(), 20);
+    // 4 intervals of 5 cells: the burst is cells 1 and 2 of the first.
+    assert_eq!(d[..5], [0, 10 * MS, 10 * MS, 0, 0]);
+    assert_eq!(d[5..].iter().sum::<u64>(), 0);
+    assert_eq!(e.total_ns, 20 * MS);
+}
+
+#[test]
+fn short_history_is_right_aligned() {
+    let mut t = ProcTable::new();
+    t.ingest(&batch(1, &[(7, 10 * MS, &[0, 0, 0, 0, 10 * MS])]));
+    let d = t.by_pid(7).unwrap().burst.dense(t.now_cell(), 8);
+    assert_eq!(d, vec![0, 0, 0, 0, 0, 0, 0, 10 * MS]);
+}
+
+#[test]
+fn history_covers_a_minute_and_no_more() {
+    let mut t = ProcTable::new();
+    let full: &[u64] = &[10 * MS; 5];
+    for s in 1..=1300 {
+        t.ingest(&batch(s, &[(1, 50 * MS, full)]));
+    }
+    let e = t.by_pid(1).unwrap();
+    let d = e.burst.dense(t.now_cell(), HISTORY_CELLS as usize + 10);
+    assert_eq!(d.iter().filter(|v| **v == 10 * MS).count(), 6000);
+    assert_eq!(d[..10], [0; 10]);
+    assert!((e.cpu_pct - 100.0).abs() < 1e-6, "{}", e.cpu_pct);
+}
+
+#[test]
+fn wide_bins_are_spread_evenly() {
+    let mut t = ProcTable::new();
+    let mut b = batch(1, &[(3, 40 * MS, &[40 * MS])]);
+    b.bin_width_ns = 40 * MS;
+    b.end_ns = b.start_ns + 40 * MS;
+    t.ingest(&b);
+    let e = t.by_pid(3).unwrap();
+    assert_eq!(e.burst.dense(t.now_cell(), 4), vec![10 * MS; 4]);
+}
+
+#[test]
+fn exited_processes_stay_a_few_seconds_with_their_cpu() {
+    let mut t = ProcTable::new();
+    let mut b = batch(1, &[(9, 30 * MS, &[10 * MS, 10 * MS, 10 * MS, 0, 0])]);
+    b.exits.push(Exit { pid: 9, ts_ns: 0 });
+    t.ingest(&b);
+    let top = t.ranked(5, "");
+    assert_eq!(top.len(), 1);
+    assert!(top[0].exited());
+    let pct = top[0].cpu_pct;
+    assert!(pct > 0.0);
+    // Still there, same CPU, for a few seconds of intervals; gone after.
+    for s in 2..=90 {
+        t.ingest(&batch(s, &[(1, MS, &[MS, 0, 0, 0, 0])]));
+    }
+    let e = t.by_pid(9).unwrap();
+    assert!(e.exited() && e.cpu_pct == pct);
+    assert!(t.ranked(5, "").iter().any(|e| e.key.pid == 9));
+    for s in 91..=110 {
+        t.ingest(&batch(s, &[]));
+    }
+    assert!(t.by_pid(9).is_none());
+}
+
+#[test]
+fn a_reused_pid_is_a_new_process() {
+    let mut t = ProcTable::new();
+    t.ingest(&batch(1, &[(5, MS, &[MS])]));
+    let old = t.by_pid(5).unwrap().key;
+    let mut b = batch(2, &[(5, 2 * MS, &[2 * MS])]);
+    b.procs[0].start_ticks = 999;
+    b.procs[0].comm = "new".into();
+    t.ingest(&b);
+    let new = t.by_pid(5).unwrap();
+    assert_ne!(new.key, old);
+    assert_eq!(new.comm, "new");
+    assert_eq!(new.total_ns, 2 * MS);
+    assert!(t.get(&old).unwrap().exited());
+}
+
+#[test]
+fn pins_survive_ranking_and_exit() {
+    let mut t = ProcTable::new();
+    t.ingest(&batch(
+        1,
+        &[(1, 40 * MS, &[]), (2, 30 * MS, &[]), (3, MS, &[])],
+    ));
+    let k3 = t.by_pid(3).unwrap().key;
+    assert!(t.toggle_pin(k3));
+    let top: Vec<u32> = t.ranked(2, "").iter().map(|e| e.key.pid).collect();
+    assert_eq!(top, vec![3, 1], "pinned first, then the heaviest");
+    assert_eq!(t.live_pins(), vec![3]);
+    let mut b = batch(2, &[(1, 40 * MS, &[])]);
+    b.exits.push(Exit { pid: 3, ts_ns: 0 });
+    t.ingest(&b);
+    for s in 3..=400 {
+        t.ingest(&batch(s, &[(1, 40 * MS, &[])]));
+    }
+    let e = t.get(&k3).unwrap();
+    assert!(e.exited());
+    assert!(t.ranked(2, "").iter().any(|e| e.key == k3));
+    assert!(t.live_pins().is_empty(), "the kernel no longer follows it");
+    assert!(!t.toggle_pin(k3));
+    t.ingest(&batch(401, &[]));
+    assert!(t.get(&k3).is_none());
+}
+
+#[test]
+fn filter_by_name_or_pid() {
+    let mut t = ProcTable::new();
+    t.ingest(&batch(1, &[(10, 2 * MS, &[]), (11, MS, &[])]));
+    let pids = |f: &str| -> Vec<u32> { t.ranked(9, f).iter().map(|e| e.key.pid).collect() };
+    assert_eq!(pids("P11"), vec![11]);
+    assert_eq!(pids("10"), vec![10]);
+    assert_eq!(pids("p1"), vec![10, 11]);
+    assert!(pids("zzz").is_empty());
+}
+
+#[test]
+fn the_grid_follows_a_new_phase() {
+    let mut t = ProcTable::new();
+    t.ingest(&batch(1, &[(1, 10 * MS, &[10 * MS, 0, 0, 0, 0])]));
+    // The next interval starts 5 ms off the grid (after an interval change).
+    let mut b = batch(2, &[(1, 10 * MS, &[0, 10 * MS, 0, 0, 0])]);
+    b.start_ns += 5 * MS;
+    b.end_ns += 5 * MS;
+    t.ingest(&b);
+    let d = t.by_pid(1).unwrap().burst.dense(t.now_cell(), 11);
+    // The 10 ms bin lands in one whole cell, not split over two.
+    assert_eq!(d.iter().filter(|v| **v == 10 * MS).count(), 2, "{d:?}");
+}
+
+/// One Batch of the equivalence test, in the shape proptest makes.
+#[derive(Clone, Debug)]
+struct Step {
+    /// Gap before the interval: 0 mostly, sometimes seconds or over a minute.
+    gap_ms: u64,
+    /// Interval length, ms, and an offset off the 10 ms grid.
+    len_ms: u64,
+    phase_ms: u64,
+    /// (pid, generation, ns, bins) charged; the generation makes the start time, so a
+    /// new one is a reused pid.
+    cpu: Vec<(u32, u64, u64, Vec<u64>)>,
+    /// Processes named without a charge (memory rows, exits): (pid, generation).
+    named: Vec<(u32, u64)>,
+    exits: Vec<u32>,
+    kernel_pinned: Vec<u32>,
+    /// Pins the user toggles before the Batch: (pid, generation).
+    toggles: Vec<(u32, u64)>,
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    (
+        prop_oneof![8 => Just(0u64), 1 => Just(2_000u64), 1 => Just(61_000u64)],
+        prop_oneof![6 => Just(50u64), 1 => Just(20u64), 1 => Just(1_000u64)],
+        prop_oneof![6 => Just(0u64), 1 => 1u64..10],
+        proptest::collection::vec(
+            (
+                0u32..12,
+                0u64..2,
+                0u64..60_000_000,
+                proptest::collection::vec(0u64..10_000_000, 0..6),
+            ),
+            0..6,
+        ),
+        proptest::collection::vec((0u32..12, 0u64..2), 0..3),
+        proptest::collection::vec(0u32..12, 0..2),
+        proptest::collection::vec(0u32..12, 0..2),
+        proptest::collection::vec((0u32..12, 0u64..3), 0..2),
+    )
+        .prop_map(
+            |(gap_ms, len_ms, phase_ms, cpu, named, exits, kernel_pinned, toggles)| Step {
+                gap_ms,
+                len_ms,
+                phase_ms,
+                cpu,
+                named,
+                exits,
+                kernel_pinned,
+                toggles,
+            },
+        )
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+    /// The incremental fold leaves the same table as visiting every entry on every Batch:
+    /// charges, reused pids, exits, pins of both kinds, idle minutes, interval changes.
+    #[test]
+    fn incremental_ingest_equals_the_full_walk(
+        steps in proptest::collection::vec(step(), 1..80),
+    ) {
+        let mut fast = ProcTable::new();
+        let mut full = ProcTable::new();
+        let mut t = 1_000 * MS;
+        for (i, st) in steps.into_iter().enumerate() {
+            t += st.gap_ms * MS + st.phase_ms * MS;
+            let start = t;
+            t += st.len_ms * MS;
+            let info = |pid: u32, generation: u64| ProcInfo {
+                pid,
+                start_ticks: 1 + generation,
+                comm: format!("p{pid}.{generation}"),
+                ..Default::default()
+            };
+            let b = Batch {
+                seq: i as u64 + 1,
+                start_ns: start,
+                end_ns: t,
+                bin_width_ns: 10 * MS,
+                cpu: st
+                    .cpu
+                    .iter()
+                    .map(|(pid, _, ns, bins)| CpuRow {
+                        pid: *pid,
+                        ns: *ns,
+                        bins: bins.clone(),
+                    })
+                    .collect(),
+                procs: st
+                    .cpu
+                    .iter()
+                    .map(|(pid, g, _, _)| info(*pid, *g))
+                    .chain(st.named.iter().map(|(pid, g)| info(*pid, *g)))
+                    .collect(),
+                exits: st
+                    .exits
+                    .iter()
+                    .map(|&pid| Exit { pid, ts_ns: t })
+                    .collect(),
+                pinned: st.kernel_pinned.clone(),
+                ..Default::default()
+            };
+            for &(pid, g) in &st.toggles {
+                // Generation 2: a pin by pid alone (`-p`).
+                let key = ProcKey { pid, start_ticks: if g == 2 { 0 } else { 1 + g } };
+                fast.toggle_pin(key);
+                full.toggle_pin(key);
+            }
+            fast.ingest(&b);
+            full.ingest_full(&b);
+            proptest::prop_assert_eq!(&fast.entries, &full.entries, "after batch {}", i + 1);
+            proptest::prop_assert_eq!(&fast.current, &full.current);
+            proptest::prop_assert_eq!(&fast.pins, &full.pins);
+            proptest::prop_assert_eq!(fast.now_cell(), full.now_cell());
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The machine as /proc and /etc show it: the host's totals, what is known of a process (names,
+//! command lines, owners, details), the ports a process serves on. Readers only: they run on
+//! the threads that produce Batches or messages, never on the render path, and trust nothing
+//! they read (a missing or malformed file is an empty answer, never a panic).
+
+pub mod details;
+pub mod host;
+pub mod ports;
+pub mod procinfo;
