@@ -266,24 +266,12 @@ fn synthetic(path: &Path, n: u64) {
     )
     .unwrap();
     for seq in 1..=n {
-        let b = Batch {
-            seq,
-            t_ms: 1_700_000_000_000 + seq * 50,
-            start_ns: seq * 50_000_000,
-            end_ns: (seq + 1) * 50_000_000,
-            ncpus: 2,
-            cpu: vec![ebee_top::batch::CpuRow {
-                pid: 42,
-                ns: 25_000_000,
-                bins: vec![],
-            }],
-            procs: vec![ebee_top::batch::ProcInfo {
-                pid: 42,
-                comm: "worker".into(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
+        let b = Batch::build(seq, seq * 50_000_000, 50_000_000)
+            .wall_ms(1_700_000_000_000 + seq * 50)
+            .cpus(2, 0)
+            .cpu(42, 25_000_000, &[])
+            .proc(ebee_top::batch::ProcInfo::named(42, "worker"))
+            .done();
         w.append(&b).unwrap();
     }
 }

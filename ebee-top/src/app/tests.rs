@@ -5,31 +5,19 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
 
 use super::*;
-use crate::batch::{Batch, CpuRow, ProcInfo};
+use crate::batch::{Batch, ProcInfo};
 
 fn key(c: KeyCode) -> Msg {
     Msg::Input(Event::Key(KeyEvent::new(c, KeyModifiers::NONE)))
 }
 
+/// One 50 ms interval of `n` processes, pid 1 the heaviest.
 fn batch(n: u32) -> Box<Batch> {
-    Box::new(Batch {
-        seq: 1,
-        end_ns: 50_000_000,
-        cpu: (1..=n)
-            .map(|p| CpuRow {
-                pid: p,
-                ns: 1000 * u64::from(n - p + 1),
-                bins: vec![],
-            })
-            .collect(),
-        procs: (1..=n)
-            .map(|p| ProcInfo {
-                pid: p,
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    })
+    let b = (1..=n).fold(Batch::build(1, 0, 50_000_000), |b, p| {
+        b.cpu(p, 1000 * u64::from(n - p + 1), &[])
+            .proc(ProcInfo::named(p, ""))
+    });
+    Box::new(b.done())
 }
 
 #[test]

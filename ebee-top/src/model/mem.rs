@@ -139,27 +139,18 @@ impl MemModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::{Exit, MemStats};
+    use crate::batch::Exit;
 
+    /// Interval `seq` of 50 ms; `rows` are (pid, RSS, its change), the pipeline available.
     fn batch(seq: u64, rows: &[(u32, u64, i64)]) -> Batch {
-        Batch {
-            seq,
-            start_ns: seq * 50_000_000,
-            end_ns: (seq + 1) * 50_000_000,
-            mem: rows
-                .iter()
-                .map(|&(pid, rss_bytes, rss_delta_bytes)| MemRow {
-                    pid,
-                    rss_bytes,
-                    rss_delta_bytes,
-                })
-                .collect(),
-            mem_stats: MemStats {
-                available: true,
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        rows.iter()
+            .fold(
+                Batch::build(seq, seq * 50_000_000, 50_000_000).with(|b| {
+                    b.mem_stats.available = true;
+                }),
+                |b, &(pid, rss, delta)| b.mem(pid, rss, delta),
+            )
+            .done()
     }
 
     #[test]

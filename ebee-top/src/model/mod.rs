@@ -160,29 +160,17 @@ mod tests {
     use super::*;
     use crate::batch::Exit;
 
+    /// Interval `seq` of 50 ms; `rows` are (pid, on-CPU ns), each process named `p<pid>`.
     fn batch(seq: u64, rows: &[(u32, u64)]) -> Batch {
-        Batch {
-            seq,
-            start_ns: seq * 50_000_000,
-            end_ns: (seq + 1) * 50_000_000,
-            cpu: rows
-                .iter()
-                .map(|&(pid, ns)| CpuRow {
-                    pid,
-                    ns,
-                    bins: vec![],
-                })
-                .collect(),
-            procs: rows
-                .iter()
-                .map(|&(pid, _)| ProcInfo {
-                    pid,
-                    comm: format!("p{pid}"),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
+        rows.iter()
+            .fold(
+                Batch::build(seq, seq * 50_000_000, 50_000_000),
+                |b, &(pid, ns)| {
+                    b.cpu(pid, ns, &[])
+                        .proc(ProcInfo::named(pid, format!("p{pid}")))
+                },
+            )
+            .done()
     }
 
     #[test]

@@ -520,7 +520,7 @@ fn interval_stats(s: &QosSample, len_ns: u64) -> QosStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::qos::{QosBatch, RequestSample, SyscallSample};
+    use crate::batch::qos::{RequestSample, SyscallSample};
     use ebee_shared::qos::bucket;
 
     fn hist(values: &[(u64, u32)]) -> SparseHist {
@@ -534,45 +534,38 @@ mod tests {
     /// One 100 ms interval: `n` requests, half at 2 ms and half at 20 ms.
     fn batch(seq: u64, n: u32, last: bool) -> Batch {
         let lat = hist(&[(2_000_000, n / 2), (20_000_000, n - n / 2)]);
-        Batch {
-            seq,
-            start_ns: seq * 100_000_000,
-            end_ns: (seq + 1) * 100_000_000,
-            qos: QosBatch {
-                procs: vec![QosSample {
-                    pid: 42,
-                    comm: "srv".into(),
-                    last,
-                    exited: last,
-                    syscalls: vec![
-                        SyscallSample {
-                            nr: 0,
-                            count: u64::from(n),
-                            total_ns: 1000 * u64::from(n),
-                            max_ns: 5000,
-                            hist: Some(hist(&[(1000, n)])),
-                        },
-                        SyscallSample {
-                            nr: 35,
-                            count: 2,
-                            total_ns: 20_000_000,
-                            max_ns: 10_000_000,
-                            hist: Some(hist(&[(10_000_000, 2)])),
-                        },
-                    ],
-                    requests: RequestSample {
-                        requests: u64::from(n),
-                        total_ns: u64::from(n / 2) * 2_000_000 + u64::from(n - n / 2) * 20_000_000,
-                        max_ns: 20_000_000,
-                        hist: lat,
-                        ..Default::default()
+        Batch::build(seq, seq * 100_000_000, 100_000_000)
+            .qos(QosSample {
+                pid: 42,
+                comm: "srv".into(),
+                last,
+                exited: last,
+                syscalls: vec![
+                    SyscallSample {
+                        nr: 0,
+                        count: u64::from(n),
+                        total_ns: 1000 * u64::from(n),
+                        max_ns: 5000,
+                        hist: Some(hist(&[(1000, n)])),
                     },
+                    SyscallSample {
+                        nr: 35,
+                        count: 2,
+                        total_ns: 20_000_000,
+                        max_ns: 10_000_000,
+                        hist: Some(hist(&[(10_000_000, 2)])),
+                    },
+                ],
+                requests: RequestSample {
+                    requests: u64::from(n),
+                    total_ns: u64::from(n / 2) * 2_000_000 + u64::from(n - n / 2) * 20_000_000,
+                    max_ns: 20_000_000,
+                    hist: lat,
                     ..Default::default()
-                }],
+                },
                 ..Default::default()
-            },
-            ..Default::default()
-        }
+            })
+            .done()
     }
 
     #[test]

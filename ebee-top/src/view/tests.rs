@@ -8,7 +8,7 @@ use ratatui::{Terminal, backend::TestBackend, buffer::Buffer};
 use super::theme::Theme;
 use crate::app::{App, Msg, Overlay};
 use crate::batch::qos::{QosBatch, QosSample, RequestSample, SyscallSample};
-use crate::batch::{Batch, CpuRow, Exit, ProcInfo};
+use crate::batch::{Batch, Exit, ProcInfo};
 use crate::os::details::Details;
 use crate::os::host::HostInfo;
 
@@ -62,31 +62,21 @@ fn proc(pid: u32, comm: &str, cmdline: &str) -> ProcInfo {
 
 /// Interval `seq` of 50 ms; `rows` are (pid, 5 bins of ns).
 fn batch(seq: u64, rows: &[(u32, [u64; 5])], procs: &[ProcInfo]) -> Batch {
-    let start = 10_000 * MS + seq * 50 * MS;
-    Batch {
-        seq,
-        t_ms: 1_764_590_400_000 + seq * 50,
-        start_ns: start,
-        end_ns: start + 50 * MS,
-        bin_width_ns: 10 * MS,
-        ncpus: 2,
-        switches: 640,
-        cpu: rows
-            .iter()
-            .map(|(pid, bins)| CpuRow {
-                pid: *pid,
-                ns: bins.iter().sum(),
-                bins: bins.to_vec(),
-            })
-            .collect(),
-        procs: procs.to_vec(),
-        cost: crate::batch::SelfCost {
-            cpu_ns: 400_000,
-            bpf_ns: Some(60_000),
-            bpf_runs: Some(1500),
-        },
-        ..Default::default()
-    }
+    let b = Batch::build(seq, 10_000 * MS + seq * 50 * MS, 50 * MS)
+        .bins(10 * MS)
+        .wall_ms(1_764_590_400_000 + seq * 50)
+        .cpus(2, 640)
+        .with(|b| {
+            b.procs = procs.to_vec();
+            b.cost = crate::batch::SelfCost {
+                cpu_ns: 400_000,
+                bpf_ns: Some(60_000),
+                bpf_runs: Some(1500),
+            };
+        });
+    rows.iter()
+        .fold(b, |b, (pid, bins)| b.cpu(*pid, bins.iter().sum(), bins))
+        .done()
 }
 
 fn app() -> App {

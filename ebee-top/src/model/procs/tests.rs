@@ -90,30 +90,17 @@ const MS: u64 = 1_000_000;
 /// Interval `seq` (from 1) of 50 ms, starting at 1 s + (seq-1)*50 ms.
 fn batch(seq: u64, rows: &[(u32, u64, &[u64])]) -> Batch {
     let start = 1_000 * MS + (seq - 1) * 50 * MS;
-    Batch {
-        seq,
-        start_ns: start,
-        end_ns: start + 50 * MS,
-        bin_width_ns: 10 * MS,
-        cpu: rows
-            .iter()
-            .map(|&(pid, ns, bins)| CpuRow {
-                pid,
-                ns,
-                bins: bins.to_vec(),
-            })
-            .collect(),
-        procs: rows
-            .iter()
-            .map(|&(pid, _, _)| ProcInfo {
-                pid,
-                start_ticks: 100 + u64::from(pid),
-                comm: format!("p{pid}"),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    }
+    rows.iter()
+        .fold(
+            Batch::build(seq, start, 50 * MS).bins(10 * MS),
+            |b, &(pid, ns, bins)| {
+                b.cpu(pid, ns, bins).proc(ProcInfo {
+                    start_ticks: 100 + u64::from(pid),
+                    ..ProcInfo::named(pid, format!("p{pid}"))
+                })
+            },
+        )
+        .done()
 }
 
 #[test]
