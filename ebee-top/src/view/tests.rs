@@ -12,7 +12,7 @@ use crate::batch::{Batch, Exit, ProcInfo};
 use crate::os::details::Details;
 use crate::os::host::HostInfo;
 
-const MS: u64 = 1_000_000;
+pub(crate) const MS: u64 = 1_000_000;
 
 /// What a drawn buffer shows, one line per row, trailing blanks trimmed.
 pub(crate) fn buffer_text(buf: &Buffer) -> String {
@@ -49,7 +49,7 @@ fn host() -> HostInfo {
     }
 }
 
-fn proc(pid: u32, comm: &str, cmdline: &str) -> ProcInfo {
+pub(crate) fn proc(pid: u32, comm: &str, cmdline: &str) -> ProcInfo {
     ProcInfo {
         pid,
         start_ticks: 1000 + u64::from(pid),
@@ -61,7 +61,7 @@ fn proc(pid: u32, comm: &str, cmdline: &str) -> ProcInfo {
 }
 
 /// Interval `seq` of 50 ms; `rows` are (pid, 5 bins of ns).
-fn batch(seq: u64, rows: &[(u32, [u64; 5])], procs: &[ProcInfo]) -> Batch {
+pub(crate) fn batch(seq: u64, rows: &[(u32, [u64; 5])], procs: &[ProcInfo]) -> Batch {
     let b = Batch::build(seq, 10_000 * MS + seq * 50 * MS, 50 * MS)
         .bins(10 * MS)
         .wall_ms(1_764_590_400_000 + seq * 50)
@@ -79,7 +79,7 @@ fn batch(seq: u64, rows: &[(u32, [u64; 5])], procs: &[ProcInfo]) -> Batch {
         .done()
 }
 
-fn app() -> App {
+pub(crate) fn app() -> App {
     let mut a = App::new(20, Duration::from_millis(50));
     a.host = Some(host());
     a.users.insert(0, "root".into());
@@ -110,7 +110,7 @@ fn one_process() -> App {
     a
 }
 
-fn qos_sample(pid: u32, exited: bool) -> QosSample {
+pub(crate) fn qos_sample(pid: u32, exited: bool) -> QosSample {
     QosSample {
         pid,
         comm: "redis-server".into(),
