@@ -1,7 +1,17 @@
 //! Benchmarks: each starts its workload, runs the measurement (as root where it loads eBPF),
 //! prints a table, and rewrites its own section of BENCHMARKS.md with the machine and command.
+//! One module per benchmark; this one holds the subcommand, what they share for running
+//! things, the section header and BENCHMARKS.md, and the table helpers.
 
-use std::fmt::Write as _;
+mod mem_precision;
+mod overhead;
+mod precision;
+mod qos;
+mod record;
+mod scale;
+mod switch;
+
+use std::fmt::{self, Write as _};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context as _, Result};
@@ -74,17 +84,19 @@ pub fn run(which: Which) -> Result<()> {
     })?;
     util::build_release()?;
     match which {
-        Which::Precision { procs, churn } => precision(procs, churn),
+        Which::Precision { procs, churn } => precision::run(procs, churn),
         Which::Switch {
             rounds,
             round_trips,
-        } => switch(rounds, round_trips),
-        Which::Scale { seconds } => crate::scale::run(seconds),
-        Which::Overhead { calls, rounds } => crate::bench_qos::overhead(calls, rounds),
-        Which::Qos { clients, requests } => crate::bench_qos::qos(&clients, requests),
-        Which::Record { seconds } => record(seconds),
+        } => switch::run(rounds, round_trips),
+        Which::Scale { seconds } => scale::run(seconds),
+        Which::Overhead { calls, rounds } => overhead::run(calls, rounds),
+        Which::Qos { clients, requests } => qos::run(&clients, requests),
+        Which::Record { seconds } => record::run(seconds),
     }
 }
+
+// ---- Running the pieces -------------------------------------------------------------------
 
 /// Kills the workload when dropped.
 pub struct Workload(pub Child);
@@ -95,10 +107,12 @@ impl Drop for Workload {
     }
 }
 
+/// A binary of the release build.
 pub fn bin(name: &str) -> std::path::PathBuf {
     root().join("target/release").join(name)
 }
 
+/// Start `ebee-load` with arguments; killed when dropped.
 pub fn workload(args: &[&str]) -> Result<Workload> {
     let c = Command::new(bin("ebee-load"))
         .args(args)
@@ -108,16 +122,17 @@ pub fn workload(args: &[&str]) -> Result<Workload> {
     Ok(Workload(c))
 }
 
+/// A release binary run as root (through sudo when needed).
+pub fn as_root(name: &str) -> Command {
+    util::root_command(&bin(name))
+}
+
 /// Run ebee-bench as root and parse its JSON.
 pub fn ebee_bench(args: &[&str]) -> Result<Value> {
-    let mut cmd = if util::is_root() {
-        Command::new(bin("ebee-bench"))
-    } else {
-        let mut c = Command::new("sudo");
-        c.arg(bin("ebee-bench"));
-        c
-    };
-    let out = cmd.args(args).output().context("running ebee-bench")?;
+    let out = as_root("ebee-bench")
+        .args(args)
+        .output()
+        .context("running ebee-bench")?;
     if !out.status.success() {
         anyhow::bail!(
             "ebee-bench {args:?} failed: {}",
@@ -126,6 +141,8 @@ pub fn ebee_bench(args: &[&str]) -> Result<Value> {
     }
     serde_json::from_slice(&out.stdout).context("parsing ebee-bench output")
 }
+
+// ---- The machine and BENCHMARKS.md --------------------------------------------------------
 
 /// One line describing the machine.
 pub fn machine() -> String {
@@ -151,6 +168,22 @@ pub fn machine() -> String {
     format!("{cpu}, {ncpu} CPUs, {mem_gib} GiB, Linux {kernel}")
 }
 
+/// The 1-minute load average, for benchmarks measured on a shared machine.
+pub fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The head of every section: its title, the command that wrote it (with `note` after it),
+/// and the machine.
+pub fn header(body: &mut String, title: &str, command: &str, note: &str) -> fmt::Result {
+    writeln!(body, "## {title}\n")?;
+    writeln!(body, "Command: `{command}`{note}  ")?;
+    writeln!(body, "Machine: {}  ", machine())
+}
+
 /// Replace the section `name` of BENCHMARKS.md (between its markers), appending it if new.
 pub fn write_section(name: &str, body: &str) -> Result<()> {
     let path = root().join("BENCHMARKS.md");
@@ -171,13 +204,83 @@ pub fn write_section(name: &str, body: &str) -> Result<()> {
     std::fs::write(&path, new).context("writing BENCHMARKS.md")
 }
 
-/// The maps an ebee-bench run reported, as a Markdown table followed by a blank line.
-fn maps_table(body: &mut String, maps: &Value) -> Result<()> {
-    writeln!(
+/// Print a finished section and write it to BENCHMARKS.md.
+pub fn publish(name: &str, body: &str) -> Result<()> {
+    print!("{body}");
+    write_section(name, body)
+}
+
+// ---- Numbers and tables -------------------------------------------------------------------
+
+/// A JSON number, NaN when missing.
+pub fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The head of a Markdown table: its column names and the separator line.
+pub fn table_head(body: &mut String, cols: &[&str]) -> fmt::Result {
+    writeln!(body, "| {} |", cols.join(" | "))?;
+    writeln!(body, "|{}", "---|".repeat(cols.len()))
+}
+
+/// The precision@k columns, in the order ebee-bench reports them.
+pub const K_COLS: [&str; 5] = ["k=1", "k=5", "k=10", "k=20", "k=30"];
+
+/// `cols` followed by the precision@k columns.
+pub fn with_k_cols<'a>(cols: &[&'a str]) -> Vec<&'a str> {
+    cols.iter().copied().chain(K_COLS).collect()
+}
+
+fn pct(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.is_finite() => format!("{:.1}%", x * 100.0),
+        _ => "n/a".into(),
+    }
+}
+
+/// The precision@k cells of one ebee-bench precision array.
+fn precision_row(p: &Value) -> String {
+    p.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| pct(&e["precision"]))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .unwrap_or_default()
+}
+
+/// One sketch's row of a precision table: `label`, its shape and size, the ranking scored
+/// (memory tables), and its precision@k cells.
+pub fn sketch_row(
+    body: &mut String,
+    label: &str,
+    shape: &Value,
+    ranking: Option<&str>,
+    precision: &Value,
+) -> fmt::Result {
+    write!(
         body,
-        "| map | type | value bytes | entries | memlock bytes |"
+        "| {label} | {} x {} | {} | ",
+        shape["stages"], shape["slots"], shape["sketch_bytes"]
     )?;
-    writeln!(body, "|---|---|---|---|---|")?;
+    if let Some(r) = ranking {
+        write!(body, "{r} | ")?;
+    }
+    writeln!(body, "{} |", precision_row(precision))
+}
+
+/// The maps an ebee-bench run reported, as a Markdown table followed by a blank line.
+pub fn maps_table(body: &mut String, maps: &Value) -> Result<()> {
+    table_head(
+        body,
+        &["map", "type", "value bytes", "entries", "memlock bytes"],
+    )?;
     for m in maps.as_array().into_iter().flatten() {
         writeln!(
             body,
@@ -193,226 +296,8 @@ fn maps_table(body: &mut String, maps: &Value) -> Result<()> {
     Ok(())
 }
 
-fn pct(v: &Value) -> String {
-    match v.as_f64() {
-        Some(x) if x.is_finite() => format!("{:.1}%", x * 100.0),
-        _ => "n/a".into(),
-    }
-}
-
-fn precision_row(p: &Value) -> String {
-    p.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| pct(&e["precision"]))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        })
-        .unwrap_or_default()
-}
-
-fn precision(procs: u32, churn: u32) -> Result<()> {
-    let runs = [(50u64, 400u32), (1000, 20)];
-    let total_s: u64 = runs.iter().map(|(ms, n)| ms * u64::from(*n)).sum::<u64>() / 1000 + 20;
-    let _w = workload(&[
-        "mix",
-        "--procs",
-        &procs.to_string(),
-        "--churn-per-s",
-        &churn.to_string(),
-        "--seconds",
-        &total_s.to_string(),
-    ])?;
-    // Let every process start before measuring.
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    let mut body = String::new();
-    let cmd = format!("cargo xtask bench precision --procs {procs} --churn {churn}");
-    writeln!(body, "## CPU sketch precision\n")?;
-    writeln!(body, "Command: `{cmd}`  ")?;
-    writeln!(body, "Machine: {}  ", machine())?;
-    writeln!(
-        body,
-        "Workload: `ebee-load mix`: {procs} processes with Zipf-skewed duty cycles (process i \
-         burns about 90%/i of a core in 10-28 ms periods) plus {churn} short-lived processes per \
-         second (5-20 ms of CPU each). Precision@k per interval against the exact per-process \
-         shadow loaded beside the sketch, tie-aware (a reported process counts when its exact \
-         time is at least the exact k-th largest). The sweep replays the kernel's own update \
-         trace of the same intervals through the same `hashpipe::update` in userspace.\n"
-    )?;
-    for (ms, n) in runs {
-        let v = ebee_bench(&[
-            "precision",
-            "--interval-ms",
-            &ms.to_string(),
-            "--intervals",
-            &n.to_string(),
-        ])?;
-        let k = &v["kernel"];
-        writeln!(
-            body,
-            "### Interval {ms} ms ({n} intervals; {:.0} processes and {:.0} context switches per interval; {} evictions, {:.4}% of CPU time evicted)\n",
-            v["mean_processes_per_interval"].as_f64().unwrap_or(0.0),
-            v["switches_per_interval"].as_f64().unwrap_or(0.0),
-            v["evictions"],
-            v["evicted_share"].as_f64().unwrap_or(0.0) * 100.0
-        )?;
-        writeln!(
-            body,
-            "| sketch | stages x slots | bytes ({} CPUs, 2 intervals) | k=1 | k=5 | k=10 | k=20 | k=30 |",
-            v["ncpus"]
-        )?;
-        writeln!(body, "|---|---|---|---|---|---|---|---|")?;
-        writeln!(
-            body,
-            "| **kernel (default)** | {} x {} | {} | {} |",
-            k["stages"],
-            k["slots"],
-            k["sketch_bytes"],
-            precision_row(&k["precision"])
-        )?;
-        for s in v["sweep"].as_array().into_iter().flatten() {
-            writeln!(
-                body,
-                "| replay | {} x {} | {} | {} |",
-                s["stages"],
-                s["slots"],
-                s["sketch_bytes"],
-                precision_row(&s["precision"])
-            )?;
-        }
-        writeln!(body)?;
-        if ms == 50 {
-            writeln!(
-                body,
-                "Maps as the kernel charges them (`memlock`), this run (shadow and trace loaded for the benchmark; without `--exact` they are shrunk to one entry / one page):\n"
-            )?;
-            maps_table(&mut body, &v["maps"])?;
-        }
-        if v["trace_lost"].as_u64().unwrap_or(0) > 0 {
-            writeln!(
-                body,
-                "Warning: {} trace records were lost; the sweep rows undercount.\n",
-                v["trace_lost"]
-            )?;
-        }
-    }
-    print!("{body}");
-    write_section("precision", &body)?;
-    drop(_w);
-    mem_precision(procs)
-}
-
-/// Memory sketch precision and cost, on `ebee-load mem-mix` (written to its own section).
-fn mem_precision(procs: u32) -> Result<()> {
-    let runs = [(50u64, 400u32), (1000, 20)];
-    // Each run measures its intervals with the shadow, then up to 100 more without it.
-    let total_s: u64 = runs
-        .iter()
-        .map(|(ms, n)| ms * u64::from(*n + (*n).min(100)))
-        .sum::<u64>()
-        / 1000
-        + 20;
-    let top_mib = 256;
-    let _w = workload(&[
-        "mem-mix",
-        "--procs",
-        &procs.to_string(),
-        "--top-mib",
-        &top_mib.to_string(),
-        "--seconds",
-        &total_s.to_string(),
-    ])?;
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    let mut body = String::new();
-    writeln!(body, "## Memory sketch precision and cost\n")?;
-    writeln!(
-        body,
-        "Command: `cargo xtask bench precision --procs {procs}` (runs after the CPU tables)  "
-    )?;
-    writeln!(body, "Machine: {}  ", machine())?;
-    writeln!(
-        body,
-        "Workload: `ebee-load mem-mix`: {procs} processes holding Zipf-skewed anonymous memory \
-         (process i about {top_mib} MiB / i), each moving at random between half and one and a \
-         half of its share every 50-300 ms (touching pages in, or MADV_DONTNEED), so ranks cross \
-         all the time. Precision@k per interval of the sketch's ranking (last-known RSS fed by \
-         the sketch) against the same ranking fed by the exact per-process shadow, tie-aware; \
-         by RES and by growth in the interval (k counted only when at least k processes grew). \
-         Cost: the `rss_stat` program's run time per run from the kernel's BPF statistics \
-         (run_time_ns / run_cnt), with the shadow and without it (the default). This machine \
-         was also running other builds while measured.\n"
-    )?;
-    writeln!(
-        body,
-        "| interval | events/s | recorded/interval | changed/interval | evictions | ranking | k=1 | k=5 | k=10 | k=20 | k=30 |"
-    )?;
-    writeln!(body, "|---|---|---|---|---|---|---|---|---|---|---|")?;
-    let mut last = Value::Null;
-    for (ms, n) in runs {
-        let v = ebee_bench(&[
-            "mem-precision",
-            "--interval-ms",
-            &ms.to_string(),
-            "--intervals",
-            &n.to_string(),
-        ])?;
-        for what in ["res", "growth"] {
-            writeln!(
-                body,
-                "| {ms} ms x {n} | {:.0} | {:.0} | {:.1} | {} | {} | {} |",
-                v["events_per_s"].as_f64().unwrap_or(0.0),
-                v["recorded_per_interval"].as_f64().unwrap_or(0.0),
-                v["changed_per_interval"].as_f64().unwrap_or(0.0),
-                v["evictions"],
-                if what == "res" { "RES" } else { "growth" },
-                precision_row(&v[what])
-            )?;
-        }
-        if ms == 50 {
-            last = v;
-        }
-    }
-    let v = &last;
-    writeln!(body)?;
-    writeln!(
-        body,
-        "Sketch shapes, 50 ms run: the kernel's own update trace of the same intervals replayed \
-         through the same `hashpipe::update` in userspace (the default shape's replay matched \
-         the kernel's readings in {} of {} intervals).\n",
-        v["intervals"].as_u64().unwrap_or(0) - v["replay_mismatches"].as_u64().unwrap_or(0),
-        v["intervals"]
-    )?;
-    writeln!(
-        body,
-        "| sketch | stages x slots | bytes ({} CPUs, 2 intervals) | ranking | k=1 | k=5 | k=10 | k=20 | k=30 |",
-        v["ncpus"]
-    )?;
-    writeln!(body, "|---|---|---|---|---|---|---|---|---|")?;
-    for what in ["res", "growth"] {
-        writeln!(
-            body,
-            "| **kernel (default)** | {} x {} | {} | {} | {} |",
-            v["stages"],
-            v["slots"],
-            v["sketch_bytes"],
-            if what == "res" { "RES" } else { "growth" },
-            precision_row(&v[what])
-        )?;
-    }
-    for sh in v["sweep"].as_array().into_iter().flatten() {
-        for what in ["res", "growth"] {
-            writeln!(
-                body,
-                "| replay | {} x {} | {} | {} | {} |",
-                sh["stages"],
-                sh["slots"],
-                sh["sketch_bytes"],
-                if what == "res" { "RES" } else { "growth" },
-                precision_row(&sh[what])
-            )?;
-        }
-    }
-    writeln!(body)?;
+/// The warning a precision section carries when the update trace lost records.
+pub fn trace_lost_warning(body: &mut String, v: &Value) -> fmt::Result {
     if v["trace_lost"].as_u64().unwrap_or(0) > 0 {
         writeln!(
             body,
@@ -420,299 +305,47 @@ fn mem_precision(procs: u32) -> Result<()> {
             v["trace_lost"]
         )?;
     }
-    writeln!(
-        body,
-        "Sketch: {} stages x {} slots of {} bytes per CPU and interval parity \
-         ({} bytes per value).\n",
-        v["stages"], v["slots"], 24, v["sketch_value_bytes"]
-    )?;
-    writeln!(
-        body,
-        "| rss_stat cost (50 ms run) | ns per event |\n|---|---|\n| default (no shadow) | {:.1} |\n| with the exact shadow | {:.1} |\n",
-        v["ns_per_event"].as_f64().unwrap_or(f64::NAN),
-        v["ns_per_event_with_shadow"].as_f64().unwrap_or(f64::NAN)
-    )?;
-    writeln!(
-        body,
-        "Memory maps as the kernel charges them (`memlock`, {} possible CPUs; the shadow maps \
-         exist at this size only with `--exact`, otherwise one entry each, and the trace only \
-         in tests and benchmarks, otherwise one page):\n",
-        v["ncpus"]
-    )?;
-    maps_table(&mut body, &v["maps"])?;
-    // What the memory pipeline costs in the default configuration, as `--print-maps` sums it.
-    let as_root = |args: &[&str]| {
-        let mut c = if util::is_root() {
-            Command::new(bin("ebee-top"))
-        } else {
-            let mut c = Command::new("sudo");
-            c.arg(bin("ebee-top"));
-            c
-        };
-        c.args(args);
-        output(&mut c)
-    };
-    if let Some(line) = as_root(&["--print-maps"]).and_then(|t| {
-        t.lines()
-            .find(|l| l.starts_with("of it MEM_*"))
-            .map(str::to_owned)
-    }) {
-        let bytes = line.trim_start_matches("of it MEM_*").trim();
-        writeln!(
-            body,
-            "Default configuration (`ebee-top --print-maps`, no `--exact`): the memory \
-             pipeline's maps take {bytes} bytes in all (eHashPipe's memory sketch: 1.2 MB).\n"
-        )?;
-    }
-    drop(_w);
-
-    // Wall clock: a page-fault loop with no monitor and with ebee-top loaded, interleaved.
-    let runs = 7;
-    let tmp = std::env::temp_dir().join("ebee-bench-faults.jsonl");
-    let (mut bare, mut with) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        bare.push(faults()?);
-        let m = monitor(&["--no-bpf-stats"], &tmp)?;
-        with.push(faults()?);
-        drop(m);
-    }
-    let _ = std::fs::remove_file(&tmp);
-    let (b, w) = (median(bare), median(with));
-    writeln!(
-        body,
-        "Page-fault loop (`ebee-load faults --mib 64 --rounds 20`: map 64 MiB, touch every page, \
-         unmap; one rss_stat event per page faulted in, a few per unmap), median of {runs} runs \
-         interleaved, on a quiet workload: {b:.0} ns per page with no monitor, {w:.0} ns with \
-         `ebee-top -b --no-bpf-stats` loaded: {:+.0} ns per page ({:+.1}%), the whole added cost \
-         of an event including the tracepoint's dispatch to the program.\n",
-        w - b,
-        (w - b) / b * 100.0
-    )?;
-    print!("{body}");
-    write_section("mem-precision", &body)
-}
-
-fn faults() -> Result<f64> {
-    let s =
-        output(Command::new(bin("ebee-load")).args(["faults", "--mib", "64", "--rounds", "20"]))
-            .context("ebee-load faults failed")?;
-    s.parse().context("parsing faults output")
-}
-
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// Start ebee-top in batch JSON mode as root; its stdout goes to `out`.
-fn monitor(args: &[&str], out: &std::path::Path) -> Result<Workload> {
-    let file = std::fs::File::create(out).context("creating monitor output")?;
-    let mut cmd = if util::is_root() {
-        Command::new(bin("ebee-top"))
-    } else {
-        let mut c = Command::new("sudo");
-        c.arg(bin("ebee-top"));
-        c
-    };
-    let c = cmd
-        .args(["-b", "--format", "json"])
-        .args(args)
-        .stdout(file)
-        .stdin(Stdio::null())
-        .spawn()
-        .context("starting ebee-top")?;
-    // Let it load and attach.
-    std::thread::sleep(std::time::Duration::from_millis(700));
-    Ok(Workload(c))
-}
-
-fn switch(rounds: u32, round_trips: u64) -> Result<()> {
-    let v = ebee_bench(&[
-        "switch",
-        "--rounds",
-        &rounds.to_string(),
-        "--round-trips",
-        &round_trips.to_string(),
-    ])?;
-    let num = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
-    let mut body = String::new();
-    writeln!(body, "## Cost per context switch (CPU pipeline)\n")?;
-    writeln!(
-        body,
-        "Command: `cargo xtask bench switch --rounds {rounds} --round-trips {round_trips}`  "
-    )?;
-    writeln!(body, "Machine: {}  ", machine())?;
-    writeln!(
-        body,
-        "Workload: `ebee-load pingpong`: two processes pinned to CPU 1 bounce a byte through two \
-         pipes, {round_trips} round trips ({} context switches) per run. Per switch: **wall** = \
-         elapsed / switches; **CPU** = both processes' CPU time / switches (the scheduler \
-         charges a switch's tracepoint programs to the task switched in, and CPU time leaves out \
-         time the hypervisor stole, so it is the steadier of the two on this shared VM). Median \
-         of {rounds} rounds; each round runs every mode once, in turn. Modes: **none** no eBPF; \
-         **floor** an empty tp_btf sched_switch program alone; **ebee-top** every pipeline \
-         loaded and drained every 50 ms from CPU 0 (BPF statistics off); **+ pinned other** \
-         the same with another process pinned, so the syscall hooks are attached too (the \
-         ping-pong's own read/write calls pay their unpinned cost).\n",
-        2 * round_trips
-    )?;
-    writeln!(
-        body,
-        "| mode | wall ns/switch | added | CPU ns/switch | added |"
-    )?;
-    writeln!(body, "|---|---|---|---|---|")?;
-    let modes = v["modes"].as_array().cloned().unwrap_or_default();
-    let base = |k: &str| {
-        modes
-            .first()
-            .map(|m| num(&m[k]["median_ns"]))
-            .unwrap_or(f64::NAN)
-    };
-    let (bw, bc) = (base("wall"), base("cpu"));
-    for m in &modes {
-        let (w, c) = (num(&m["wall"]["median_ns"]), num(&m["cpu"]["median_ns"]));
-        let name = match m["mode"].as_str().unwrap_or("?") {
-            "ebee_top" => "ebee-top",
-            "ebee_top_pinned_other" => "ebee-top + pinned other",
-            other => other,
-        };
-        writeln!(
-            body,
-            "| {name} | {w:.0} | {:+.0} | {c:.0} | {:+.0} |",
-            w - bw,
-            c - bc
-        )?;
-    }
-    let st = &v["bpf_stats"];
-    writeln!(
-        body,
-        "\nKernel BPF statistics, one more run of each with statistics on: the empty program \
-         {:.0} ns per run ({} runs), ebee-top's `sched_switch` {:.0} ns per run ({} runs). \
-         Both include the statistics' own clock reads; their difference, {:+.0} ns, is what \
-         ebee-top's program body costs over an empty program.\n",
-        num(&st["floor_ns_per_run"]),
-        st["floor_runs"],
-        num(&st["sched_switch_ns_per_run"]),
-        st["sched_switch_runs"],
-        num(&st["sched_switch_ns_per_run"]) - num(&st["floor_ns_per_run"]),
-    )?;
-    print!("{body}");
-    write_section("switch", &body)
-}
-
-/// Run ebee-top (as root) recording `n` intervals of `delay_s` to `file`, output discarded.
-fn ebee_top_record(file: &std::path::Path, n: u64, delay_s: f64) -> Result<()> {
-    let mut cmd = if util::is_root() {
-        Command::new(bin("ebee-top"))
-    } else {
-        let mut c = Command::new("sudo");
-        c.arg(bin("ebee-top"));
-        c
-    };
-    let st = cmd
-        .args(["-b", "--format", "json", "--force", "-n"])
-        .arg(n.to_string())
-        .arg("-d")
-        .arg(delay_s.to_string())
-        .arg("--record")
-        .arg(file)
-        .stdout(Stdio::null())
-        .status()
-        .context("running ebee-top")?;
-    anyhow::ensure!(st.success(), "ebee-top --record failed ({st})");
     Ok(())
 }
 
-fn record(seconds: u64) -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("ebee-bench-record-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("bench.ebr");
-    let loads: [(&str, &[&str], &[u64]); 2] = [
-        (
-            "busy: `ebee-load mix --procs 200 --churn-per-s 100`",
-            &["mix", "--procs", "200", "--churn-per-s", "100"],
-            &[50, 200, 1000],
-        ),
-        (
-            "moderate: `ebee-load mix --procs 30 --churn-per-s 10`",
-            &["mix", "--procs", "30", "--churn-per-s", "10"],
-            &[50, 1000],
-        ),
-    ];
-    let mut body = String::new();
-    let cmd = format!("cargo xtask bench record --seconds {seconds}");
-    writeln!(body, "## Recording size\n")?;
-    writeln!(body, "Command: `{cmd}`  ")?;
-    writeln!(body, "Machine: {}  ", machine())?;
-    writeln!(
-        body,
-        "Each row records {seconds} s of `ebee-top -b --record` while the workload runs (plus \
-         whatever else the machine was doing). Bytes per hour are the file's size scaled to an \
-         hour. Encode and decode times are per interval, measured by re-encoding and decoding \
-         the same intervals in one thread (`ebee-bench record-stats`); the recorder does the \
-         encoding on its own thread, off the drain and UI loops.\n"
-    )?;
-    writeln!(
-        body,
-        "| workload | interval | processes per interval | raw JSON per interval | key record | delta record | **MB per hour** | encode | decode |"
-    )?;
-    writeln!(body, "|---|---|---|---|---|---|---|---|---|")?;
-    let mut sweeps = Vec::new();
-    for (name, args, intervals) in loads {
-        for &ms in intervals {
-            let n = (seconds * 1000 / ms).max(2);
-            let mut wargs: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-            wargs.extend(["--seconds".into(), (seconds + 10).to_string()]);
-            let wrefs: Vec<&str> = wargs.iter().map(String::as_str).collect();
-            let _w = workload(&wrefs)?;
-            std::thread::sleep(std::time::Duration::from_secs(3));
-            ebee_top_record(&file, n, ms as f64 / 1000.0)?;
-            let v = ebee_bench(&["record-stats", "--file", &file.to_string_lossy()])?;
-            let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
-            let per_hour = f("file_bytes") / f("seconds").max(1e-9) * 3600.0 / 1e6;
-            writeln!(
-                body,
-                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | **{per_hour:.0}** | {:.0} µs | {:.0} µs |",
-                f("processes_per_interval"),
-                f("raw_json_bytes_per_interval") / 1000.0,
-                f("key_bytes") / 1000.0,
-                f("delta_bytes") / 1000.0,
-                f("encode_us"),
-                f("decode_us"),
-            )?;
-            if ms == 50 {
-                sweeps.push((name, v));
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_head_has_one_separator_per_column() {
+        let mut s = String::new();
+        table_head(&mut s, &with_k_cols(&["sketch", "ranking"])).unwrap();
+        assert_eq!(
+            s,
+            "| sketch | ranking | k=1 | k=5 | k=10 | k=20 | k=30 |\n|---|---|---|---|---|---|---|\n"
+        );
     }
-    writeln!(
-        body,
-        "\nThe same 50 ms intervals re-encoded with other zstd levels and key spacing (key every 1 = \
-         every record compressed alone; the default is level {} with a key at least every {} \
-         records). Bytes per interval, and encode time:\n",
-        3, 100
-    )?;
-    writeln!(
-        body,
-        "| workload | level | key every | bytes per interval | MB per hour at 50 ms | encode |"
-    )?;
-    writeln!(body, "|---|---|---|---|---|---|")?;
-    for (name, v) in &sweeps {
-        let short = name.split(':').next().unwrap_or("");
-        for s in v["sweep"].as_array().into_iter().flatten() {
-            let b = s["bytes_per_interval"].as_f64().unwrap_or(0.0);
-            writeln!(
-                body,
-                "| {short} | {} | {} | {b:.0} | {:.0} | {:.0} µs |",
-                s["level"],
-                s["key_every"],
-                b * 20.0 * 3600.0 / 1e6,
-                s["encode_us"].as_f64().unwrap_or(0.0)
-            )?;
-        }
+
+    #[test]
+    fn sketch_row_cells() {
+        let shape = serde_json::json!({"stages": 2, "slots": 32, "sketch_bytes": 1024});
+        let p = serde_json::json!([{"precision": 0.5}, {"precision": null}]);
+        let mut s = String::new();
+        sketch_row(&mut s, "replay", &shape, None, &p).unwrap();
+        sketch_row(&mut s, "**kernel (default)**", &shape, Some("RES"), &p).unwrap();
+        assert_eq!(
+            s,
+            "| replay | 2 x 32 | 1024 | 50.0% | n/a |\n\
+             | **kernel (default)** | 2 x 32 | 1024 | RES | 50.0% | n/a |\n"
+        );
     }
-    writeln!(body)?;
-    let _ = std::fs::remove_dir_all(&dir);
-    print!("{body}");
-    write_section("record", &body)
+
+    #[test]
+    fn header_names_command_and_machine() {
+        let mut s = String::new();
+        header(&mut s, "Title", "cargo xtask bench x", " (after y)").unwrap();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(
+            lines[..3],
+            ["## Title", "", "Command: `cargo xtask bench x` (after y)  "]
+        );
+        assert!(lines[3].starts_with("Machine: ") && lines[3].ends_with("  "));
+        assert_eq!(lines.len(), 4);
+    }
 }

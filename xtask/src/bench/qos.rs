@@ -1,107 +1,16 @@
-//! `cargo xtask bench overhead` and `cargo xtask bench qos`: what the syscall hooks cost every
-//! process, and how ebee-top's request QoS of redis-server follows redis-benchmark's report.
+//! `cargo xtask bench qos`: ebee-top's request QoS of a redis-server it pins, beside
+//! redis-benchmark's own report, at several client counts (`ebee-bench qos`), with the
+//! correlation of the two across the sweep.
 
 use std::fmt::Write as _;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use crate::bench::{ebee_bench, machine, write_section};
+use super::{Workload, ebee_bench, header, load_avg, num, publish, table_head};
 use crate::util::output;
-
-fn load_avg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into())
-}
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(f64::NAN)
-}
-
-pub fn overhead(calls: u64, rounds: u32) -> Result<()> {
-    let mut body = String::new();
-    writeln!(body, "## Syscall overhead of the QoS hooks\n")?;
-    writeln!(
-        body,
-        "Command: `cargo xtask bench overhead --calls {calls} --rounds {rounds}`  "
-    )?;
-    writeln!(body, "Machine: {}  ", machine())?;
-    writeln!(
-        body,
-        "Load average when it started: {} (the machine is shared; every mode runs once per \
-         round, in turn, so noise hits them alike).\n",
-        load_avg()
-    )?;
-    writeln!(
-        body,
-        "A tight loop in `ebee-load syscalls` timed by its own thread CPU clock. Modes: \
-         **none** no eBPF loaded; **loaded** ebee-top's programs loaded and nothing pinned (no \
-         syscall hook attached); **empty hooks** empty tp_btf programs on sys_enter and sys_exit \
-         (the floor of any enter/exit design); **pinned other** ebee-top's hooks attached because \
-         another process is pinned (what every unpinned process pays); **pinned self** the loop \
-         itself pinned. No drain runs during a loop; BPF run-time statistics are off (ebee-top \
-         turns them off while anything is pinned).\n"
-    )?;
-    for (kind, calls, what) in [
-        ("getppid", calls, "one getppid per iteration"),
-        (
-            "tcp",
-            calls / 10,
-            "a request/response over loopback TCP per iteration (4 syscalls: write, read, \
-             write, read on a connected pair; the server side counts as a request)",
-        ),
-    ] {
-        let v = ebee_bench(&[
-            "overhead",
-            "--calls",
-            &calls.to_string(),
-            "--rounds",
-            &rounds.to_string(),
-            "--kind",
-            kind,
-        ])?;
-        writeln!(body, "### `{kind}`: {what}, {calls} iterations per run\n")?;
-        writeln!(
-            body,
-            "| mode | median ns/iteration | min | added (median) | added per syscall |"
-        )?;
-        writeln!(body, "|---|---|---|---|---|")?;
-        let modes = v["modes"].as_array().cloned().unwrap_or_default();
-        let base = modes
-            .first()
-            .map(|m| f(&m["stats"]["median_ns"]))
-            .unwrap_or(f64::NAN);
-        let per = if kind == "tcp" { 4.0 } else { 1.0 };
-        for m in &modes {
-            let med = f(&m["stats"]["median_ns"]);
-            writeln!(
-                body,
-                "| {} | {:.1} | {:.1} | {:+.1} | {:+.1} |",
-                m["mode"].as_str().unwrap_or("?"),
-                med,
-                f(&m["stats"]["min_ns"]),
-                med - base,
-                (med - base) / per
-            )?;
-        }
-        writeln!(body)?;
-    }
-    print!("{body}");
-    write_section("overhead", &body)
-}
-
-/// redis-server on loopback, killed when dropped.
-struct Redis(Child);
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn pearson(x: &[f64], y: &[f64]) -> f64 {
     let n = x.len().min(y.len()) as f64;
@@ -119,9 +28,10 @@ fn pearson(x: &[f64], y: &[f64]) -> f64 {
     sxy / (sxx * syy).sqrt()
 }
 
-pub fn qos(clients: &str, requests: u64) -> Result<()> {
+pub fn run(clients: &str, requests: u64) -> Result<()> {
     let port: u16 = 6391;
-    let redis = Redis(
+    // redis-server on loopback, killed when dropped.
+    let redis = Workload(
         Command::new("redis-server")
             .args([
                 "--bind",
@@ -166,15 +76,12 @@ pub fn qos(clients: &str, requests: u64) -> Result<()> {
     drop(redis);
 
     let mut body = String::new();
-    writeln!(
-        body,
-        "## Request QoS of redis-server against redis-benchmark\n"
+    header(
+        &mut body,
+        "Request QoS of redis-server against redis-benchmark",
+        &format!("cargo xtask bench qos --clients {clients} --requests {requests}"),
+        "",
     )?;
-    writeln!(
-        body,
-        "Command: `cargo xtask bench qos --clients {clients} --requests {requests}`  "
-    )?;
-    writeln!(body, "Machine: {}  ", machine())?;
     writeln!(
         body,
         "Load average when it started: {}; {}  ",
@@ -189,39 +96,50 @@ pub fn qos(clients: &str, requests: u64) -> Result<()> {
          client's rps / {requests}, i.e. over the client's own run time), latency percentiles \
          from the merged request histograms. The client's latency is its round trip.\n"
     )?;
-    writeln!(
-        body,
-        "| clients | client rps | ebee-top rps | count / sent | client p50 ms | ebee-top p50 ms | client p99 ms | ebee-top p99 ms | ebee-top p99.9 ms | client max ms | ebee-top max ms |"
+    table_head(
+        &mut body,
+        &[
+            "clients",
+            "client rps",
+            "ebee-top rps",
+            "count / sent",
+            "client p50 ms",
+            "ebee-top p50 ms",
+            "client p99 ms",
+            "ebee-top p99 ms",
+            "ebee-top p99.9 ms",
+            "client max ms",
+            "ebee-top max ms",
+        ],
     )?;
-    writeln!(body, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     let loads = v["loads"].as_array().cloned().unwrap_or_default();
     let (mut c50, mut e50, mut c99, mut e99, mut crps, mut erps) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     for l in &loads {
         let c = &l["client"];
         let e = &l["ebee"];
-        let ms = |v: &Value| f(v) / 1000.0;
+        let ms = |v: &Value| num(v) / 1000.0;
         writeln!(
             body,
             "| {} | {:.0} | {:.0} | {:.4} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
             l["clients"],
-            f(&c["rps"]),
-            f(&e["rps"]),
-            f(&e["requests"]) / f(&l["requests"]),
-            f(&c["p50_ms"]),
+            num(&c["rps"]),
+            num(&e["rps"]),
+            num(&e["requests"]) / num(&l["requests"]),
+            num(&c["p50_ms"]),
             ms(&e["p50_us"]),
-            f(&c["p99_ms"]),
+            num(&c["p99_ms"]),
             ms(&e["p99_us"]),
             ms(&e["p999_us"]),
-            f(&c["max_ms"]),
+            num(&c["max_ms"]),
             ms(&e["max_us"]),
         )?;
-        c50.push(f(&c["p50_ms"]));
+        c50.push(num(&c["p50_ms"]));
         e50.push(ms(&e["p50_us"]));
-        c99.push(f(&c["p99_ms"]));
+        c99.push(num(&c["p99_ms"]));
         e99.push(ms(&e["p99_us"]));
-        crps.push(f(&c["rps"]));
-        erps.push(f(&e["rps"]));
+        crps.push(num(&c["rps"]));
+        erps.push(num(&e["rps"]));
     }
     writeln!(
         body,
@@ -239,6 +157,5 @@ pub fn qos(clients: &str, requests: u64) -> Result<()> {
          loop. So ebee-top's latencies are lower and grow with load more slowly; what they show \
          is redis's service time, which is what a server-side monitor can see.\n"
     )?;
-    print!("{body}");
-    write_section("qos", &body)
+    publish("qos", &body)
 }
