@@ -2,8 +2,6 @@
 //! first, idempotently (seconds when everything is already there).
 
 mod bench;
-mod bench_qos;
-mod scale;
 mod screenshots;
 mod setup;
 mod util;

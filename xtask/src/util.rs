@@ -61,16 +61,23 @@ pub fn cargo_as_root(args: &[&str]) -> Result<()> {
     )
 }
 
-/// Run a program as root (through sudo when needed), passing its exit code on.
-pub fn run_as_root(bin: &Path, args: &[String]) -> Result<()> {
-    let mut cmd = if is_root() {
-        Command::new(bin)
+/// A command running `program` as root: directly when we are root, else through sudo.
+pub fn root_command(program: &Path) -> Command {
+    if is_root() {
+        Command::new(program)
     } else {
         let mut c = Command::new("sudo");
-        c.arg(bin);
+        c.arg(program);
         c
-    };
-    let st = cmd.args(args).status().context("starting ebee-top")?;
+    }
+}
+
+/// Run a program as root (through sudo when needed), passing its exit code on.
+pub fn run_as_root(bin: &Path, args: &[String]) -> Result<()> {
+    let st = root_command(bin)
+        .args(args)
+        .status()
+        .context("starting ebee-top")?;
     std::process::exit(st.code().unwrap_or(1));
 }
 

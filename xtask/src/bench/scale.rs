@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use crate::bench::{Workload, bin, ebee_bench, machine, workload, write_section};
+use super::{Workload, bin, ebee_bench, header, publish, table_head, workload};
 use crate::util::{self, output};
 
 /// user + system CPU of a process in ns (/proc/PID/stat fields 14 and 15, clock ticks).
@@ -199,15 +199,12 @@ pub fn run(secs: u64) -> Result<()> {
     }
     let json = std::env::temp_dir().join("ebee-scale.jsonl");
     let mut body = String::new();
-    writeln!(
-        body,
-        "## Cost at scale, short-lived processes, burst resolution\n"
+    header(
+        &mut body,
+        "Cost at scale, short-lived processes, burst resolution",
+        &format!("cargo xtask bench scale --seconds {secs}"),
+        "",
     )?;
-    writeln!(
-        body,
-        "Command: `cargo xtask bench scale --seconds {secs}`  "
-    )?;
-    writeln!(body, "Machine: {}  ", machine())?;
     let top_v = output(Command::new("top").arg("-v")).unwrap_or_default();
     let htop_v = output(Command::new("htop").arg("--version")).unwrap_or_default();
     writeln!(
@@ -227,8 +224,10 @@ pub fn run(secs: u64) -> Result<()> {
          /proc/PID/stat) over {secs} s, and for ebee-top also the run time of its eBPF programs \
          (kernel BPF statistics, as ebee-top reports them), as % of one core.\n"
     )?;
-    writeln!(body, "| processes | monitor | process CPU | eBPF | total |")?;
-    writeln!(body, "|---|---|---|---|---|")?;
+    table_head(
+        &mut body,
+        &["processes", "monitor", "process CPU", "eBPF", "total"],
+    )?;
     let mut latencies = Vec::new();
     let mut busy = Vec::new();
     for _ in 0..50 {
@@ -272,11 +271,19 @@ pub fn run(secs: u64) -> Result<()> {
          reaching the consumer (drain) and to its line on stdout (batch) or its frame written to \
          the terminal (screen), from ebee-top's `--latency-report`, over the runs above.\n"
     )?;
-    writeln!(
-        body,
-        "| processes | mode | intervals | drain p50 | drain p99 | shown p50 | shown p99 | shown max |"
+    table_head(
+        &mut body,
+        &[
+            "processes",
+            "mode",
+            "intervals",
+            "drain p50",
+            "drain p99",
+            "shown p50",
+            "shown p99",
+            "shown max",
+        ],
     )?;
-    writeln!(body, "|---|---|---|---|---|---|---|---|")?;
     for (n, monitor, l) in &latencies {
         let us = |v: &Value| v.as_f64().map_or("-".into(), |x| format!("{x:.0} us"));
         writeln!(
@@ -302,8 +309,10 @@ pub fn run(secs: u64) -> Result<()> {
          processes named `ebee-storm` (ebee-top: sum of `cpu_ns` with `-k 10000`, its maximum; top: \
          sum of %CPU x interval).\n"
     )?;
-    writeln!(body, "| monitor | storm CPU seen | of the true storm CPU |")?;
-    writeln!(body, "|---|---|---|")?;
+    table_head(
+        &mut body,
+        &["monitor", "storm CPU seen", "of the true storm CPU"],
+    )?;
     for monitor in ["ebee-top", "top"] {
         let out_path = std::env::temp_dir().join("ebee-storm.out");
         let f = std::fs::File::create(&out_path)?;
@@ -383,8 +392,7 @@ pub fn run(secs: u64) -> Result<()> {
     ])?;
     let pid = b.0.id().to_string();
     let v = ebee_bench(&["bursts", "--pid", &pid, "--seconds", "12"])?;
-    writeln!(body, "| burst | ebee-top on-CPU | bins | span |")?;
-    writeln!(body, "|---|---|---|---|")?;
+    table_head(&mut body, &["burst", "ebee-top on-CPU", "bins", "span"])?;
     for (i, x) in v["bursts"].as_array().into_iter().flatten().enumerate() {
         writeln!(
             body,
@@ -414,6 +422,5 @@ pub fn run(secs: u64) -> Result<()> {
     }
     drop(b);
     writeln!(body)?;
-    print!("{body}");
-    write_section("scale", &body)
+    publish("scale", &body)
 }

@@ -1,0 +1,72 @@
+//! `record-stats`: size and cost of a recording. Reads a file back and reports bytes per
+//! interval (key and delta records), raw JSON bytes, decode and encode time per interval, and
+//! a sweep of zstd levels and key spacing re-encoding the same intervals.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    use ebee_top::record::Reader;
+    use ebee_top::record::codec::Encoder;
+    use ebee_top::record::format::KIND_KEY;
+
+    let file_bytes = std::fs::metadata(path)?.len();
+    let mut r = Reader::open(path)?;
+    anyhow::ensure!(!r.is_empty(), "no intervals in {}", path.display());
+    let entries = r.entries().to_vec();
+    let t0 = Instant::now();
+    let mut batches = Vec::with_capacity(r.len());
+    for i in 0..r.len() {
+        batches.push(r.read(i)?);
+    }
+    let decode_us = t0.elapsed().as_secs_f64() * 1e6 / batches.len() as f64;
+    let n = batches.len() as f64;
+    let interval_ns: u64 = batches.iter().map(|b| b.interval_ns()).sum();
+    let procs: usize = batches.iter().map(|b| b.cpu.len()).sum();
+    let raw: u64 = entries.iter().map(|e| u64::from(e.head.raw_len)).sum();
+    let (keys, deltas): (Vec<_>, Vec<_>) = entries.iter().partition(|e| e.head.kind == KIND_KEY);
+    let mean = |v: &[&ebee_top::record::reader::Entry]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().map(|e| e.head.total_len() as f64).sum::<f64>() / v.len() as f64
+        }
+    };
+    // Re-encode the same intervals: default parameters (timed), then the sweep.
+    let encode = |level: i32, every: u32| -> anyhow::Result<(f64, f64)> {
+        let mut enc = Encoder::with_params(level, every)?;
+        let mut off = 0u64;
+        let t = Instant::now();
+        for b in &batches {
+            let (h, _) = enc.encode(b, off)?;
+            off += h.total_len();
+        }
+        Ok((off as f64 / n, t.elapsed().as_secs_f64() * 1e6 / n))
+    };
+    let (_, encode_us) = encode(
+        ebee_top::record::codec::LEVEL,
+        ebee_top::record::codec::KEY_EVERY,
+    )?;
+    let mut sweep = Vec::new();
+    for level in [1, 3, 9] {
+        for every in [1, 20, 100, 500] {
+            let (bytes, us) = encode(level, every)?;
+            sweep.push(json!({"level": level, "key_every": every, "bytes_per_interval": bytes, "encode_us": us}));
+        }
+    }
+    Ok(json!({
+        "intervals": batches.len(),
+        "file_bytes": file_bytes,
+        "seconds": interval_ns as f64 / 1e9,
+        "mean_interval_ms": interval_ns as f64 / n / 1e6,
+        "processes_per_interval": procs as f64 / n,
+        "raw_json_bytes_per_interval": raw as f64 / n,
+        "key_records": keys.len(),
+        "key_bytes": mean(&keys),
+        "delta_bytes": mean(&deltas),
+        "encode_us": encode_us,
+        "decode_us": decode_us,
+        "sweep": sweep,
+    }))
+}

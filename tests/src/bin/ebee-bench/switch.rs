@@ -1,0 +1,99 @@
+//! `switch`: the cost ebee-top adds to every context switch. `ebee-load pingpong` on CPU 1
+//! (wall and CPU time per switch) with no monitor, with an empty sched_switch program (the
+//! floor), with ebee-top (every pipeline, draining every 50 ms from CPU 0), and with ebee-top
+//! and another process pinned; rounds interleave the modes. Then one run each of the floor and
+//! ebee-top with BPF statistics on, for the programs' own run time per switch.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use ebee_shared::prog_names;
+use ebee_top::probes::{ProbeConfig, Probes};
+use serde_json::json;
+
+use crate::common::{ebee_load, ns_per_run, run_stats, sleeper};
+
+/// One `ebee-load pingpong` run on CPU 1: (wall ns, CPU ns) per switch. With `probes`, they
+/// drain every 50 ms while it runs, as ebee-top would.
+fn pingpong(mut probes: Option<&mut Probes>, round_trips: u64) -> anyhow::Result<(f64, f64)> {
+    let mut child = ebee_load()?
+        .args([
+            "pingpong",
+            "--round-trips",
+            &round_trips.to_string(),
+            "--cpu",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    while child.try_wait()?.is_none() {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(p) = probes.as_deref_mut() {
+            p.drain()?;
+        }
+    }
+    let out = child.wait_with_output()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    let mut it = s.split_whitespace().map(str::parse::<f64>);
+    match (it.next(), it.next()) {
+        (Some(Ok(w)), Some(Ok(c))) => Ok((w, c)),
+        _ => anyhow::bail!("ebee-load pingpong printed {s:?}"),
+    }
+}
+
+/// Program run time per switch, from the kernel's BPF statistics: one run with the empty
+/// floor program, one with ebee-top's.
+fn bpf_stats(round_trips: u64) -> anyhow::Result<serde_json::Value> {
+    let f = ebee_top::probes::SwitchFloor::attach(true)?;
+    pingpong(None, round_trips)?;
+    let floor = f.stats();
+    drop(f);
+    let mut p = Probes::load(
+        ProbeConfig {
+            bpf_stats: true,
+            ..Default::default()
+        },
+        Duration::from_millis(50),
+    )?;
+    let before = p.prog_stats_of(prog_names::SCHED_SWITCH);
+    pingpong(Some(&mut p), round_trips)?;
+    let after = p.prog_stats_of(prog_names::SCHED_SWITCH);
+    Ok(json!({
+        "floor_ns_per_run": ns_per_run(floor.run_ns, floor.run_count),
+        "floor_runs": floor.run_count,
+        "sched_switch_ns_per_run": ns_per_run(after.run_ns - before.run_ns, after.run_count - before.run_count),
+        "sched_switch_runs": after.run_count - before.run_count,
+    }))
+}
+
+pub fn switch_cost(round_trips: u64, rounds: u32) -> anyhow::Result<serde_json::Value> {
+    // The drains run here, on CPU 0, away from the ping-pong on CPU 1.
+    ebee_tests::pin_to_cpu(0);
+    let sleeper = sleeper()?;
+    let other = sleeper.pid();
+    let modes = ["none", "floor", "ebee_top", "ebee_top_pinned_other"];
+    let mut res: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
+    for _ in 0..rounds {
+        res[0].push(pingpong(None, round_trips)?);
+        {
+            let _f = ebee_top::probes::SwitchFloor::attach(false)?;
+            res[1].push(pingpong(None, round_trips)?);
+        }
+        let mut p = Probes::load(ProbeConfig::default(), Duration::from_millis(50))?;
+        res[2].push(pingpong(Some(&mut p), round_trips)?);
+        p.set_pins(&[other])?;
+        res[3].push(pingpong(Some(&mut p), round_trips)?);
+    }
+    let stats = bpf_stats(round_trips)?;
+    drop(sleeper);
+    Ok(json!({
+        "round_trips": round_trips,
+        "rounds": rounds,
+        "modes": modes.iter().zip(&res).map(|(m, v)| json!({
+            "mode": m,
+            "wall": run_stats(v.iter().map(|r| r.0).collect()),
+            "cpu": run_stats(v.iter().map(|r| r.1).collect()),
+        })).collect::<Vec<_>>(),
+        "bpf_stats": stats,
+    }))
+}

@@ -1,0 +1,351 @@
+//! Benchmarks: each starts its workload, runs the measurement (as root where it loads eBPF),
+//! prints a table, and rewrites its own section of BENCHMARKS.md with the machine and command.
+//! One module per benchmark; this one holds the subcommand, what they share for running
+//! things, the section header and BENCHMARKS.md, and the table helpers.
+
+mod mem_precision;
+mod overhead;
+mod precision;
+mod qos;
+mod record;
+mod scale;
+mod switch;
+
+use std::fmt::{self, Write as _};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context as _, Result};
+use clap::Subcommand;
+use serde_json::Value;
+
+use crate::util::{self, output, root};
+
+#[derive(Subcommand)]
+pub enum Which {
+    /// Precision@k of the CPU sketch against the exact shadow, and a sweep of sketch shapes.
+    Precision {
+        /// Processes in the skewed workload.
+        #[arg(long, default_value_t = 200)]
+        procs: u32,
+        /// Short-lived processes started per second.
+        #[arg(long, default_value_t = 100)]
+        churn: u32,
+    },
+    /// Added cost per context switch of the CPU pipeline: a pipe ping-pong pinned to one CPU,
+    /// with no monitor, an empty sched_switch program, ebee-top, and ebee-top with a process
+    /// pinned; plus the programs' own run time from BPF statistics.
+    Switch {
+        /// Rounds (each runs every configuration once; the median is reported).
+        #[arg(long, default_value_t = 9)]
+        rounds: u32,
+        /// Round trips per run (two context switches each).
+        #[arg(long, default_value_t = 300_000)]
+        round_trips: u64,
+    },
+    /// Cost at scale beside top and htop, short-lived process storms, burst resolution.
+    Scale {
+        /// Seconds each monitor is measured for, per process count.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
+    /// Added cost per syscall of the QoS hooks (tight syscall loops, with and without).
+    Overhead {
+        /// Loop iterations per run (getppid; the tcp loop runs a tenth).
+        #[arg(long, default_value_t = 2_000_000)]
+        calls: u64,
+        /// Rounds; each runs every mode once.
+        #[arg(long, default_value_t = 15)]
+        rounds: u32,
+    },
+    /// redis-server under redis-benchmark at several loads: ebee-top's request QoS beside the
+    /// client's report.
+    Qos {
+        /// Client connections of each load.
+        #[arg(long, default_value = "1,2,4,8,16,32,64")]
+        clients: String,
+        /// Requests per load.
+        #[arg(long, default_value_t = 100_000)]
+        requests: u64,
+    },
+    /// Size of a recording per hour (and its encode/decode cost) on a busy and a moderate
+    /// machine, at the default interval and longer ones.
+    Record {
+        /// Seconds recorded per row.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+}
+
+pub fn run(which: Which) -> Result<()> {
+    crate::setup::setup(crate::setup::Needs {
+        test: false,
+        bench: true,
+        screenshots: false,
+    })?;
+    util::build_release()?;
+    match which {
+        Which::Precision { procs, churn } => precision::run(procs, churn),
+        Which::Switch {
+            rounds,
+            round_trips,
+        } => switch::run(rounds, round_trips),
+        Which::Scale { seconds } => scale::run(seconds),
+        Which::Overhead { calls, rounds } => overhead::run(calls, rounds),
+        Which::Qos { clients, requests } => qos::run(&clients, requests),
+        Which::Record { seconds } => record::run(seconds),
+    }
+}
+
+// ---- Running the pieces -------------------------------------------------------------------
+
+/// Kills the workload when dropped.
+pub struct Workload(pub Child);
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A binary of the release build.
+pub fn bin(name: &str) -> std::path::PathBuf {
+    root().join("target/release").join(name)
+}
+
+/// Start `ebee-load` with arguments; killed when dropped.
+pub fn workload(args: &[&str]) -> Result<Workload> {
+    let c = Command::new(bin("ebee-load"))
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting ebee-load")?;
+    Ok(Workload(c))
+}
+
+/// A release binary run as root (through sudo when needed).
+pub fn as_root(name: &str) -> Command {
+    util::root_command(&bin(name))
+}
+
+/// Run ebee-bench as root and parse its JSON.
+pub fn ebee_bench(args: &[&str]) -> Result<Value> {
+    let out = as_root("ebee-bench")
+        .args(args)
+        .output()
+        .context("running ebee-bench")?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "ebee-bench {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("parsing ebee-bench output")
+}
+
+// ---- The machine and BENCHMARKS.md --------------------------------------------------------
+
+/// One line describing the machine.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = output(Command::new("uname").arg("-r")).unwrap_or_default();
+    let ncpu = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024 / 1024);
+    format!("{cpu}, {ncpu} CPUs, {mem_gib} GiB, Linux {kernel}")
+}
+
+/// The 1-minute load average, for benchmarks measured on a shared machine.
+pub fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The head of every section: its title, the command that wrote it (with `note` after it),
+/// and the machine.
+pub fn header(body: &mut String, title: &str, command: &str, note: &str) -> fmt::Result {
+    writeln!(body, "## {title}\n")?;
+    writeln!(body, "Command: `{command}`{note}  ")?;
+    writeln!(body, "Machine: {}  ", machine())
+}
+
+/// Replace the section `name` of BENCHMARKS.md (between its markers), appending it if new.
+pub fn write_section(name: &str, body: &str) -> Result<()> {
+    let path = root().join("BENCHMARKS.md");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        "# Benchmarks\n\nEvery table here is written by the command above it; rerun it to \
+         refresh. Timings are from the machine named in each section.\n"
+            .into()
+    });
+    let start = format!("<!-- bench:{name}:start -->");
+    let end = format!("<!-- bench:{name}:end -->");
+    let section = format!("{start}\n{body}{end}");
+    let new = match (text.find(&start), text.find(&end)) {
+        (Some(a), Some(b)) if b > a => {
+            format!("{}{}{}", &text[..a], section, &text[b + end.len()..])
+        }
+        _ => format!("{}\n{}\n", text.trim_end(), section),
+    };
+    std::fs::write(&path, new).context("writing BENCHMARKS.md")
+}
+
+/// Print a finished section and write it to BENCHMARKS.md.
+pub fn publish(name: &str, body: &str) -> Result<()> {
+    print!("{body}");
+    write_section(name, body)
+}
+
+// ---- Numbers and tables -------------------------------------------------------------------
+
+/// A JSON number, NaN when missing.
+pub fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The head of a Markdown table: its column names and the separator line.
+pub fn table_head(body: &mut String, cols: &[&str]) -> fmt::Result {
+    writeln!(body, "| {} |", cols.join(" | "))?;
+    writeln!(body, "|{}", "---|".repeat(cols.len()))
+}
+
+/// The precision@k columns, in the order ebee-bench reports them.
+pub const K_COLS: [&str; 5] = ["k=1", "k=5", "k=10", "k=20", "k=30"];
+
+/// `cols` followed by the precision@k columns.
+pub fn with_k_cols<'a>(cols: &[&'a str]) -> Vec<&'a str> {
+    cols.iter().copied().chain(K_COLS).collect()
+}
+
+fn pct(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.is_finite() => format!("{:.1}%", x * 100.0),
+        _ => "n/a".into(),
+    }
+}
+
+/// The precision@k cells of one ebee-bench precision array.
+fn precision_row(p: &Value) -> String {
+    p.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| pct(&e["precision"]))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .unwrap_or_default()
+}
+
+/// One sketch's row of a precision table: `label`, its shape and size, the ranking scored
+/// (memory tables), and its precision@k cells.
+pub fn sketch_row(
+    body: &mut String,
+    label: &str,
+    shape: &Value,
+    ranking: Option<&str>,
+    precision: &Value,
+) -> fmt::Result {
+    write!(
+        body,
+        "| {label} | {} x {} | {} | ",
+        shape["stages"], shape["slots"], shape["sketch_bytes"]
+    )?;
+    if let Some(r) = ranking {
+        write!(body, "{r} | ")?;
+    }
+    writeln!(body, "{} |", precision_row(precision))
+}
+
+/// The maps an ebee-bench run reported, as a Markdown table followed by a blank line.
+pub fn maps_table(body: &mut String, maps: &Value) -> Result<()> {
+    table_head(
+        body,
+        &["map", "type", "value bytes", "entries", "memlock bytes"],
+    )?;
+    for m in maps.as_array().into_iter().flatten() {
+        writeln!(
+            body,
+            "| {} | {} | {} | {} | {} |",
+            m["name"].as_str().unwrap_or(""),
+            m["kind"].as_str().unwrap_or(""),
+            m["value_size"],
+            m["max_entries"],
+            m["memlock"]
+        )?;
+    }
+    writeln!(body)?;
+    Ok(())
+}
+
+/// The warning a precision section carries when the update trace lost records.
+pub fn trace_lost_warning(body: &mut String, v: &Value) -> fmt::Result {
+    if v["trace_lost"].as_u64().unwrap_or(0) > 0 {
+        writeln!(
+            body,
+            "Warning: {} trace records were lost; the sweep rows undercount.\n",
+            v["trace_lost"]
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_head_has_one_separator_per_column() {
+        let mut s = String::new();
+        table_head(&mut s, &with_k_cols(&["sketch", "ranking"])).unwrap();
+        assert_eq!(
+            s,
+            "| sketch | ranking | k=1 | k=5 | k=10 | k=20 | k=30 |\n|---|---|---|---|---|---|---|\n"
+        );
+    }
+
+    #[test]
+    fn sketch_row_cells() {
+        let shape = serde_json::json!({"stages": 2, "slots": 32, "sketch_bytes": 1024});
+        let p = serde_json::json!([{"precision": 0.5}, {"precision": null}]);
+        let mut s = String::new();
+        sketch_row(&mut s, "replay", &shape, None, &p).unwrap();
+        sketch_row(&mut s, "**kernel (default)**", &shape, Some("RES"), &p).unwrap();
+        assert_eq!(
+            s,
+            "| replay | 2 x 32 | 1024 | 50.0% | n/a |\n\
+             | **kernel (default)** | 2 x 32 | 1024 | RES | 50.0% | n/a |\n"
+        );
+    }
+
+    #[test]
+    fn header_names_command_and_machine() {
+        let mut s = String::new();
+        header(&mut s, "Title", "cargo xtask bench x", " (after y)").unwrap();
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(
+            lines[..3],
+            ["## Title", "", "Command: `cargo xtask bench x` (after y)  "]
+        );
+        assert!(lines[3].starts_with("Machine: ") && lines[3].ends_with("  "));
+        assert_eq!(lines.len(), 4);
+    }
+}

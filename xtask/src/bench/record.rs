@@ -1,0 +1,133 @@
+//! `cargo xtask bench record`: the size of a recording per hour and its encode/decode cost.
+//! Records with `ebee-top -b --record` on a busy and a moderate `ebee-load mix`, at the default
+//! interval and longer ones, then reads each file back with `ebee-bench record-stats` (which
+//! also re-encodes the 50 ms intervals at other zstd levels and key spacings).
+
+use std::fmt::Write as _;
+use std::process::Stdio;
+
+use anyhow::{Context as _, Result};
+
+use super::{as_root, ebee_bench, header, publish, table_head, workload};
+
+/// Run ebee-top (as root) recording `n` intervals of `delay_s` to `file`, output discarded.
+fn ebee_top_record(file: &std::path::Path, n: u64, delay_s: f64) -> Result<()> {
+    let st = as_root("ebee-top")
+        .args(["-b", "--format", "json", "--force", "-n"])
+        .arg(n.to_string())
+        .arg("-d")
+        .arg(delay_s.to_string())
+        .arg("--record")
+        .arg(file)
+        .stdout(Stdio::null())
+        .status()
+        .context("running ebee-top")?;
+    anyhow::ensure!(st.success(), "ebee-top --record failed ({st})");
+    Ok(())
+}
+
+pub fn run(seconds: u64) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("ebee-bench-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("bench.ebr");
+    let loads: [(&str, &[&str], &[u64]); 2] = [
+        (
+            "busy: `ebee-load mix --procs 200 --churn-per-s 100`",
+            &["mix", "--procs", "200", "--churn-per-s", "100"],
+            &[50, 200, 1000],
+        ),
+        (
+            "moderate: `ebee-load mix --procs 30 --churn-per-s 10`",
+            &["mix", "--procs", "30", "--churn-per-s", "10"],
+            &[50, 1000],
+        ),
+    ];
+    let mut body = String::new();
+    let cmd = format!("cargo xtask bench record --seconds {seconds}");
+    header(&mut body, "Recording size", &cmd, "")?;
+    writeln!(
+        body,
+        "Each row records {seconds} s of `ebee-top -b --record` while the workload runs (plus \
+         whatever else the machine was doing). Bytes per hour are the file's size scaled to an \
+         hour. Encode and decode times are per interval, measured by re-encoding and decoding \
+         the same intervals in one thread (`ebee-bench record-stats`); the recorder does the \
+         encoding on its own thread, off the drain and UI loops.\n"
+    )?;
+    table_head(
+        &mut body,
+        &[
+            "workload",
+            "interval",
+            "processes per interval",
+            "raw JSON per interval",
+            "key record",
+            "delta record",
+            "**MB per hour**",
+            "encode",
+            "decode",
+        ],
+    )?;
+    let mut sweeps = Vec::new();
+    for (name, args, intervals) in loads {
+        for &ms in intervals {
+            let n = (seconds * 1000 / ms).max(2);
+            let mut wargs: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            wargs.extend(["--seconds".into(), (seconds + 10).to_string()]);
+            let wrefs: Vec<&str> = wargs.iter().map(String::as_str).collect();
+            let _w = workload(&wrefs)?;
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            ebee_top_record(&file, n, ms as f64 / 1000.0)?;
+            let v = ebee_bench(&["record-stats", "--file", &file.to_string_lossy()])?;
+            let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
+            let per_hour = f("file_bytes") / f("seconds").max(1e-9) * 3600.0 / 1e6;
+            writeln!(
+                body,
+                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | **{per_hour:.0}** | {:.0} µs | {:.0} µs |",
+                f("processes_per_interval"),
+                f("raw_json_bytes_per_interval") / 1000.0,
+                f("key_bytes") / 1000.0,
+                f("delta_bytes") / 1000.0,
+                f("encode_us"),
+                f("decode_us"),
+            )?;
+            if ms == 50 {
+                sweeps.push((name, v));
+            }
+        }
+    }
+    writeln!(
+        body,
+        "\nThe same 50 ms intervals re-encoded with other zstd levels and key spacing (key every 1 = \
+         every record compressed alone; the default is level {} with a key at least every {} \
+         records). Bytes per interval, and encode time:\n",
+        3, 100
+    )?;
+    table_head(
+        &mut body,
+        &[
+            "workload",
+            "level",
+            "key every",
+            "bytes per interval",
+            "MB per hour at 50 ms",
+            "encode",
+        ],
+    )?;
+    for (name, v) in &sweeps {
+        let short = name.split(':').next().unwrap_or("");
+        for s in v["sweep"].as_array().into_iter().flatten() {
+            let b = s["bytes_per_interval"].as_f64().unwrap_or(0.0);
+            writeln!(
+                body,
+                "| {short} | {} | {} | {b:.0} | {:.0} | {:.0} µs |",
+                s["level"],
+                s["key_every"],
+                b * 20.0 * 3600.0 / 1e6,
+                s["encode_us"].as_f64().unwrap_or(0.0)
+            )?;
+        }
+    }
+    writeln!(body)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    publish("record", &body)
+}
