@@ -13,7 +13,10 @@ fn main() -> anyhow::Result<()> {
         println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
         return Ok(());
     }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    // The manifest directory as cargo gives it to this run (not as it was when the script was
+    // compiled): a build cache copied from another checkout must still build this one.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").ok_or(anyhow!("CARGO_MANIFEST_DIR"))?;
+    let root = std::path::Path::new(&manifest)
         .parent()
         .ok_or(anyhow!("workspace root"))?
         .join("ebee-top-ebpf");
