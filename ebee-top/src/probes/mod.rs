@@ -12,13 +12,15 @@ mod kick;
 pub mod lifecycle;
 pub mod mem;
 pub mod qos;
+mod raw_array;
+mod sys;
 
 use std::time::Duration;
 
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf},
-    programs::{BtfTracePoint, RawTracePoint},
+    programs::BtfTracePoint,
 };
 use ebee_shared::{
     cpu::{BinCfg, CpuState},
@@ -251,24 +253,9 @@ impl Probes {
         // while something is pinned.
         let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, qos_offsets)?;
 
-        // The flip program: loaded, never attached, run from userspace to close intervals.
-        let flip_prog: &mut RawTracePoint = ebpf
-            .program_mut(prog_names::FLIP)
-            .ok_or_else(|| ProbeError::Other("no flip program".into()))?
-            .try_into()
-            .map_err(classify("flip program"))?;
-        flip_prog.load().map_err(classify("loading flip program"))?;
-        let flipper = flip::Flipper::new(flip_prog).map_err(classify("flip program fd"))?;
-
-        let cpu_flip: &mut RawTracePoint = ebpf
-            .program_mut(prog_names::CPU_FLIP)
-            .ok_or_else(|| ProbeError::Other("no cpu_flip program".into()))?
-            .try_into()
-            .map_err(classify("cpu_flip program"))?;
-        cpu_flip
-            .load()
-            .map_err(classify("loading cpu_flip program"))?;
-        let cpu_flipper = flip::Flipper::new(cpu_flip).map_err(classify("cpu_flip program fd"))?;
+        // The flip programs: loaded, never attached, run from userspace to close intervals.
+        let flipper = flip::Flipper::load(&mut ebpf, prog_names::FLIP)?;
+        let cpu_flipper = flip::Flipper::load(&mut ebpf, prog_names::CPU_FLIP)?;
 
         let bins = BinCfg::for_interval(interval.as_nanos() as u64);
         write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;

@@ -6,8 +6,6 @@
 //! A new owner gets a new generation, so per-thread and per-connection state left by the old
 //! one is recognised in the kernel and ignored.
 
-use std::io;
-use std::os::fd::{AsFd as _, AsRawFd as _};
 use std::time::{Duration, Instant};
 
 use aya::{
@@ -24,7 +22,7 @@ use ebee_shared::{
     },
 };
 
-use super::{ProbeError, classify};
+use super::{ProbeError, classify, raw_array::RawArray};
 
 /// Give up waiting for a CPU's in-flight `sys_exit` after this long (counted).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(20);
@@ -82,75 +80,6 @@ enum SlotState {
     },
 }
 
-/// A BPF array map (plain or per-CPU) read and written with raw syscalls into caller-owned
-/// buffers, for values too large to copy through the stack.
-struct RawArray {
-    data: MapData,
-    /// Copies of each value: 1, or the number of possible CPUs for a per-CPU array (whose
-    /// values here are multiples of 8 bytes, so the copies sit back to back).
-    copies: usize,
-}
-
-const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-
-#[repr(C)]
-struct ElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-}
-
-impl RawArray {
-    fn call<T: aya::Pod>(&self, cmd: libc::c_long, key: u32, buf: *const T) -> io::Result<()> {
-        let attr = ElemAttr {
-            map_fd: self.data.fd().as_fd().as_raw_fd() as u32,
-            _pad: 0,
-            key: &key as *const u32 as u64,
-            value: buf as u64,
-            flags: 0,
-        };
-        // SAFETY: `attr` is a valid `bpf_attr` for the element commands and outlives the
-        // call; `buf` points at a buffer of the map's value size (checked by the callers).
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                cmd,
-                &attr as *const ElemAttr,
-                std::mem::size_of::<ElemAttr>() as u32,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// Read element `key` into `out`, whose byte length must equal the value size `V` times
-    /// the copies.
-    fn read<V, T: aya::Pod>(&self, key: u32, out: &mut [T]) -> io::Result<()> {
-        assert_len::<V, T>(out.len(), self.copies)?;
-        self.call(BPF_MAP_LOOKUP_ELEM, key, out.as_mut_ptr().cast_const())
-    }
-
-    /// Write element `key` from `val`, whose byte length must equal the value size `V` times
-    /// the copies.
-    fn write<V, T: aya::Pod>(&self, key: u32, val: &[T]) -> io::Result<()> {
-        assert_len::<V, T>(val.len(), self.copies)?;
-        self.call(BPF_MAP_UPDATE_ELEM, key, val.as_ptr())
-    }
-}
-
-fn assert_len<V, T>(n: usize, copies: usize) -> io::Result<()> {
-    if n * std::mem::size_of::<T>() == std::mem::size_of::<V>() * copies {
-        Ok(())
-    } else {
-        Err(io::Error::other("map value buffer of the wrong size"))
-    }
-}
-
 /// Userspace state of the QoS pipeline.
 pub(super) struct QosProbes {
     table: Array<MapData, PinTable>,
@@ -158,12 +87,12 @@ pub(super) struct QosProbes {
     pin_bits: Array<MapData, u64>,
     /// Nonzero words of `pin_bits` as last written, by index.
     bit_words: std::collections::BTreeMap<u32, u64>,
-    sys: RawArray,
-    hist: RawArray,
-    hist_idx: RawArray,
-    pin: RawArray,
+    sys: RawArray<SysTable>,
+    hist: RawArray<HistTable>,
+    hist_idx: RawArray<HistIdx>,
+    pin: RawArray<PinStat>,
     pin_state: Array<MapData, PinState>,
-    open: RawArray,
+    open: RawArray<OpenStacks>,
     cpu: PerCpuArray<MapData, QosCpu>,
     ports: Array<MapData, u64>,
     slots: [SlotState; MAX_PINS],
@@ -249,17 +178,8 @@ fn take<T>(
     conv(m).map_err(classify(name))
 }
 
-fn raw(ebpf: &mut Ebpf, name: &str, ncpus: usize) -> Result<RawArray, ProbeError> {
-    take(ebpf, name, |m| match m {
-        aya::maps::Map::Array(data) => Ok(RawArray { data, copies: 1 }),
-        aya::maps::Map::PerCpuArray(data) => Ok(RawArray {
-            data,
-            copies: ncpus,
-        }),
-        _ => Err(aya::maps::MapError::InvalidName {
-            name: name.to_owned(),
-        }),
-    })
+fn raw<V>(ebpf: &mut Ebpf, name: &str, ncpus: usize) -> Result<RawArray<V>, ProbeError> {
+    take(ebpf, name, |m| RawArray::new(m, name, ncpus))
 }
 
 impl QosProbes {
@@ -508,7 +428,7 @@ impl QosProbes {
                 // No program runs now: forget which stacks had pinned syscalls, so the next
                 // pins start with a clean filter.
                 self.open
-                    .write::<OpenStacks, _>(0, &vec![0u8; OPEN_SLOTS])
+                    .write(0, &vec![0u8; OPEN_SLOTS])
                     .map_err(classify("clearing QOS_OPEN"))?;
             }
             _ => {}
@@ -520,23 +440,23 @@ impl QosProbes {
     /// slot absent from the kernel's table, after the handshake in `drain` or `wait_cpus`.
     fn clear_slot(&mut self, i: usize) -> Result<(), ProbeError> {
         let i = i as u32;
-        let zero_sys = vec![SysStat::default(); NR_SLOTS * self.sys.copies];
+        let zero_sys = vec![SysStat::default(); NR_SLOTS * self.sys.copies()];
         let zero_hist = vec![0u32; SYS_HISTS * BUCKETS];
-        let zero_pin = vec![PinStat::default(); self.pin.copies];
+        let zero_pin = vec![PinStat::default(); self.pin.copies()];
         for parity in 0..2u32 {
             let k = parity * MAX_PINS as u32 + i;
             self.sys
-                .write::<SysTable, _>(k, &zero_sys)
+                .write(k, &zero_sys)
                 .map_err(classify("clearing QOS_SYS"))?;
             self.hist
-                .write::<HistTable, _>(k, &zero_hist)
+                .write(k, &zero_hist)
                 .map_err(classify("clearing QOS_HIST"))?;
             self.pin
-                .write::<PinStat, _>(k, &zero_pin)
+                .write(k, &zero_pin)
                 .map_err(classify("clearing QOS_PIN"))?;
         }
         self.hist_idx
-            .write::<HistIdx, _>(i, &vec![0u64; NR_SLOTS])
+            .write(i, &vec![0u64; NR_SLOTS])
             .map_err(classify("clearing QOS_HIST_IDX"))?;
         self.pin_state
             .set(i, PinState::default(), 0)
@@ -606,31 +526,27 @@ impl QosProbes {
                 } => (pid, until_ns <= end_ns, exited),
             };
             let k = old_parity * MAX_PINS as u32 + i as u32;
-            let mut sys = vec![SysStat::default(); NR_SLOTS * self.sys.copies];
+            let mut sys = vec![SysStat::default(); NR_SLOTS * self.sys.copies()];
             let mut hists = vec![0u32; SYS_HISTS * BUCKETS];
-            let mut pin = vec![PinStat::default(); self.pin.copies];
+            let mut pin = vec![PinStat::default(); self.pin.copies()];
             let mut hist_idx = vec![0u64; NR_SLOTS];
             let e = |what: &'static str| classify(what);
-            self.sys
-                .read::<SysTable, _>(k, &mut sys)
-                .map_err(e("reading QOS_SYS"))?;
+            self.sys.read(k, &mut sys).map_err(e("reading QOS_SYS"))?;
             self.hist
-                .read::<HistTable, _>(k, &mut hists)
+                .read(k, &mut hists)
                 .map_err(e("reading QOS_HIST"))?;
-            self.pin
-                .read::<PinStat, _>(k, &mut pin)
-                .map_err(e("reading QOS_PIN"))?;
+            self.pin.read(k, &mut pin).map_err(e("reading QOS_PIN"))?;
             self.hist_idx
-                .read::<HistIdx, _>(i as u32, &mut hist_idx)
+                .read(i as u32, &mut hist_idx)
                 .map_err(e("reading QOS_HIST_IDX"))?;
             self.sys
-                .write::<SysTable, _>(k, &vec![SysStat::default(); NR_SLOTS * self.sys.copies])
+                .write(k, &vec![SysStat::default(); NR_SLOTS * self.sys.copies()])
                 .map_err(e("clearing QOS_SYS"))?;
             self.hist
-                .write::<HistTable, _>(k, &vec![0u32; SYS_HISTS * BUCKETS])
+                .write(k, &vec![0u32; SYS_HISTS * BUCKETS])
                 .map_err(e("clearing QOS_HIST"))?;
             self.pin
-                .write::<PinStat, _>(k, &vec![PinStat::default(); self.pin.copies])
+                .write(k, &vec![PinStat::default(); self.pin.copies()])
                 .map_err(e("clearing QOS_PIN"))?;
             let sys = fold_sys(&sys);
             let pin = Box::new(fold_pin(&pin));
