@@ -5,6 +5,7 @@
 //! written and returns it as a [`RawInterval`]. Dropping `Probes` detaches every program and
 //! closes every map: nothing is pinned, so nothing outlives the process.
 
+mod bench;
 pub mod btf;
 pub mod cpu;
 mod flip;
@@ -29,6 +30,7 @@ use ebee_shared::{
 };
 use thiserror::Error;
 
+pub use bench::SwitchFloor;
 pub use cpu::{CpuCharge, RawInterval};
 
 /// The eBPF object built by build.rs.
@@ -74,6 +76,8 @@ pub struct Probes {
     cpu: cpu::CpuDrain,
     lifecycle: lifecycle::LifecycleReader,
     qos: qos::QosProbes,
+    /// The overhead benchmark's empty syscall programs, while attached.
+    floor: bench::SyscallFloor,
     /// The memory pipeline; None when the kernel lacks rss_stat or the layout it reads.
     mem: Option<mem::MemDrain>,
     page_size: u64,
@@ -318,6 +322,7 @@ impl Probes {
             cpu,
             lifecycle,
             qos,
+            floor: bench::SyscallFloor::default(),
             mem: mem_drain,
             page_size: u64::from(page_size()),
             ncpus,
@@ -388,13 +393,6 @@ impl Probes {
         }
     }
 
-    /// Benchmarks only: attach (or detach) empty programs on `sys_enter`/`sys_exit`, the
-    /// floor any enter/exit design pays on this machine.
-    pub fn set_syscall_floor(&mut self, on: bool) -> Result<(), ProbeError> {
-        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        self.qos.set_floor(&mut self._ebpf, on, &btf)
-    }
-
     /// The pinned processes.
     pub fn pinned(&self) -> Vec<u32> {
         self.qos.pinned()
@@ -423,15 +421,7 @@ impl Probes {
 
     /// Run time of one program since load (zero unless BPF stats are on).
     pub fn prog_stats_of(&self, name: &str) -> ProgStats {
-        let mut s = ProgStats {
-            enabled: self.stats.is_some(),
-            ..Default::default()
-        };
-        if let Some(info) = self._ebpf.program(name).and_then(|p| p.info().ok()) {
-            s.run_ns = info.run_time().as_nanos() as u64;
-            s.run_count = info.run_count();
-        }
-        s
+        prog_stats_of(&self._ebpf, name, self.stats.is_some())
     }
 
     /// Burst-bin geometry currently in force.
@@ -580,56 +570,15 @@ fn fdinfo_field(fd: i32, field: &str) -> Option<u64> {
     })
 }
 
-/// The empty `floor_switch` program attached to `sched_switch` on its own: what any
-/// sched_switch program costs on this machine (the switch-cost benchmark; not used by
-/// ebee-top itself). Dropping it detaches and unloads everything.
-pub struct SwitchFloor {
-    ebpf: Ebpf,
-    stats: Option<std::os::fd::OwnedFd>,
-}
-
-impl SwitchFloor {
-    /// Load the object (maps included, nothing else attached) and attach `floor_switch`,
-    /// with the kernel's BPF run-time statistics on when `bpf_stats`.
-    pub fn attach(bpf_stats: bool) -> Result<Self, ProbeError> {
-        if OBJECT.is_empty() {
-            return Err(ProbeError::NoObject);
-        }
-        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
-            .load(OBJECT)
-            .map_err(classify("loading eBPF object"))?;
-        let prog: &mut BtfTracePoint = ebpf
-            .program_mut(prog_names::FLOOR_SWITCH)
-            .ok_or_else(|| ProbeError::Other("no floor_switch program".into()))?
-            .try_into()
-            .map_err(classify("floor_switch"))?;
-        prog.load("sched_switch", &btf)
-            .map_err(classify("floor_switch"))?;
-        prog.attach().map_err(classify("floor_switch"))?;
-        let stats = if bpf_stats {
-            aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
-        } else {
-            None
-        };
-        Ok(Self { ebpf, stats })
+/// Run time of program `name` of `ebpf` since load (zero unless `enabled`, BPF stats on).
+fn prog_stats_of(ebpf: &Ebpf, name: &str, enabled: bool) -> ProgStats {
+    let mut s = ProgStats {
+        enabled,
+        ..Default::default()
+    };
+    if let Some(info) = ebpf.program(name).and_then(|p| p.info().ok()) {
+        s.run_ns = info.run_time().as_nanos() as u64;
+        s.run_count = info.run_count();
     }
-
-    /// Run time of the floor program since it was attached (zero without statistics).
-    pub fn stats(&self) -> ProgStats {
-        let mut s = ProgStats {
-            enabled: self.stats.is_some(),
-            ..Default::default()
-        };
-        if let Some(info) = self
-            .ebpf
-            .program(prog_names::FLOOR_SWITCH)
-            .and_then(|p| p.info().ok())
-        {
-            s.run_ns = info.run_time().as_nanos() as u64;
-            s.run_count = info.run_count();
-        }
-        s
-    }
+    s
 }

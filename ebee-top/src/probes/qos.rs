@@ -99,8 +99,6 @@ pub(super) struct QosProbes {
     next_gen: u32,
     /// The attached programs; dropping a link detaches its program.
     links: Option<(BtfTracePointLink, BtfTracePointLink)>,
-    /// The empty floor programs, while the overhead benchmark has them attached.
-    floor: Option<(BtfTracePointLink, BtfTracePointLink)>,
     /// The port bitmap as last written.
     port_words: Vec<u64>,
     /// Offsets the request model reads (its `valid` is 0 when BTF lacked one).
@@ -225,7 +223,6 @@ impl QosProbes {
             slots: [SlotState::Free; MAX_PINS],
             next_gen: 1,
             links: None,
-            floor: None,
             port_words: vec![0; PORT_WORDS as usize],
             offsets,
             handshake_timeouts: 0,
@@ -329,39 +326,6 @@ impl QosProbes {
             self.write_table()?;
             self.update_attachment(ebpf)?;
         }
-        Ok(())
-    }
-
-    /// Attach (or detach) empty programs on `sys_enter`/`sys_exit`: the overhead benchmark's
-    /// floor. Not used by ebee-top itself.
-    pub(super) fn set_floor(
-        &mut self,
-        ebpf: &mut Ebpf,
-        on: bool,
-        btf: &aya::Btf,
-    ) -> Result<(), ProbeError> {
-        if !on {
-            self.floor = None;
-            return Ok(());
-        }
-        if self.floor.is_some() {
-            return Ok(());
-        }
-        let mut attach = |name: &str, tp: &str| -> Result<BtfTracePointLink, ProbeError> {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
-                .try_into()
-                .map_err(classify(name))?;
-            if prog.fd().is_err() {
-                prog.load(tp, btf).map_err(classify(name))?;
-            }
-            let id = prog.attach().map_err(classify(name))?;
-            prog.take_link(id).map_err(classify(name))
-        };
-        let e = attach(prog_names::FLOOR_ENTER, prog_names::SYS_ENTER)?;
-        let x = attach(prog_names::FLOOR_EXIT, prog_names::SYS_EXIT)?;
-        self.floor = Some((e, x));
         Ok(())
     }
 
