@@ -11,6 +11,7 @@ pub mod cpu;
 mod flip;
 mod kick;
 pub mod lifecycle;
+mod maps;
 pub mod mem;
 pub mod qos;
 mod raw_array;
@@ -32,6 +33,7 @@ use thiserror::Error;
 
 pub use bench::SwitchFloor;
 pub use cpu::{CpuCharge, RawInterval};
+pub use maps::MapMem;
 
 /// The eBPF object built by build.rs.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ebee-top-ebpf"));
@@ -459,18 +461,6 @@ fn zeroed<T: aya::Pod + Default + Clone>(ncpus: usize) -> Result<PerCpuValues<T>
     PerCpuValues::try_from(vec![T::default(); ncpus])
 }
 
-/// One map's footprint as the kernel accounts it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct MapMem {
-    pub name: String,
-    pub kind: String,
-    pub key_size: u32,
-    pub value_size: u32,
-    pub max_entries: u32,
-    /// Bytes charged for the map (`memlock` in /proc/self/fdinfo), as the kernel reports it.
-    pub memlock: u64,
-}
-
 /// One program's cumulative run time (kernel BPF stats, when enabled).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProgStats {
@@ -483,45 +473,7 @@ pub struct ProgStats {
 impl Probes {
     /// Every map our programs use, with the kernel's own memory accounting.
     pub fn map_report(&self) -> Result<Vec<MapMem>, ProbeError> {
-        // Every map of the object is created at load, whether or not a program using it is
-        // loaded yet (the syscall programs load only when something is pinned), so walk our
-        // own map file descriptors rather than the loaded programs' map ids.
-        let mut ids = std::collections::BTreeSet::new();
-        let fds = std::fs::read_dir("/proc/self/fd")
-            .map_err(|e| ProbeError::Other(format!("listing /proc/self/fd: {e}")))?;
-        for fd in fds.flatten() {
-            let is_map =
-                std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf-map");
-            let fd: Option<i32> = fd.file_name().to_str().and_then(|n| n.parse().ok());
-            if let (true, Some(fd)) = (is_map, fd) {
-                if let Some(id) = fdinfo_field(fd, "map_id") {
-                    ids.insert(id as u32);
-                }
-            }
-        }
-        let mut out = Vec::new();
-        for id in ids {
-            let info = aya::maps::MapInfo::from_id(id).map_err(classify("map info"))?;
-            let fd = info.fd().map_err(classify("map fd"))?;
-            let memlock = fdinfo_field(
-                std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&fd)),
-                "memlock",
-            )
-            .unwrap_or(0);
-            out.push(MapMem {
-                name: info.name_as_str().unwrap_or("?").to_owned(),
-                kind: info
-                    .map_type()
-                    .map(|t| format!("{t:?}"))
-                    .unwrap_or_else(|_| "?".into()),
-                key_size: info.key_size(),
-                value_size: info.value_size(),
-                max_entries: info.max_entries(),
-                memlock,
-            });
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        maps::report()
     }
 
     /// Total run time of our attached programs since load (zero unless BPF stats are on).
@@ -559,15 +511,6 @@ fn take_trace<T: Copy>(
     let (mine, later): (Vec<T>, Vec<T>) = pending.drain(..).partition(|r| epoch_of(r) == epoch);
     *pending = later;
     mine
-}
-
-/// A numeric field of /proc/self/fdinfo/<fd>.
-fn fdinfo_field(fd: i32, field: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        (k.trim() == field).then(|| v.trim().parse().ok())?
-    })
 }
 
 /// Run time of program `name` of `ebpf` since load (zero unless `enabled`, BPF stats on).
