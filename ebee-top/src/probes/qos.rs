@@ -288,6 +288,11 @@ impl QosProbes {
                 }
             }
         }
+        // The pins just removed take their slots until the next drain too: when that leaves
+        // no room for the new ones, free them now as well (the table written first drops them).
+        if self.slots.iter().filter(|s| **s == SlotState::Free).count() < newly {
+            self.release_draining()?;
+        }
         let current = self.pinned();
         for pid in want.into_iter().filter(|p| !current.contains(p)) {
             let Some(i) = self.slots.iter().position(|s| *s == SlotState::Free) else {
