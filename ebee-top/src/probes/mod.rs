@@ -257,7 +257,7 @@ impl Probes {
 
         // The syscall programs: loaded now (so a verifier error shows at start), attached only
         // while something is pinned.
-        let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, qos_offsets)?;
+        let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, qos_offsets, ncpus)?;
 
         // The flip programs: loaded, never attached, run from userspace to close intervals.
         let flipper = flip::Flipper::load(&mut ebpf, prog_names::FLIP)?;
@@ -524,4 +524,16 @@ fn prog_stats_of(ebpf: &Ebpf, name: &str, enabled: bool) -> ProgStats {
         s.run_count = info.run_count();
     }
     s
+}
+
+/// Take map `name` out of the object and make it the handle a pipeline reads it through.
+fn take_map<T, E: std::error::Error + 'static>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    conv: impl FnOnce(aya::maps::Map) -> Result<T, E>,
+) -> Result<T, ProbeError> {
+    let m = ebpf
+        .take_map(name)
+        .ok_or_else(|| ProbeError::Other(format!("eBPF object has no map {name}")))?;
+    conv(m).map_err(classify(name))
 }
