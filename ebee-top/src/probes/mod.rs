@@ -4,13 +4,20 @@
 //! BTF, attaches the programs and returns a handle; [`Probes::drain`] closes the interval being
 //! written and returns it as a [`RawInterval`]. Dropping `Probes` detaches every program and
 //! closes every map: nothing is pinned, so nothing outlives the process.
+//!
+//! `layout` and `load` are the steps of loading; each pipeline (`cpu`, `mem`, `qos`,
+//! `lifecycle`) takes its own maps and drains them; `flip` and `kick` close intervals; `sys`
+//! (the one raw bpf(2) call) and `raw_array` serve them; `maps` reports map memory; `bench`
+//! holds the benchmark-only floor programs.
 
 mod bench;
 pub mod btf;
 pub mod cpu;
 mod flip;
 mod kick;
+mod layout;
 pub mod lifecycle;
+mod load;
 mod maps;
 pub mod mem;
 pub mod qos;
@@ -20,15 +27,10 @@ mod sys;
 use std::time::Duration;
 
 use aya::{
-    Ebpf, EbpfLoader,
-    maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf},
-    programs::BtfTracePoint,
+    Ebpf,
+    maps::{Array, Map, MapData, PerCpuArray, PerCpuValues},
 };
-use ebee_shared::{
-    cpu::{BinCfg, CpuState},
-    ctl::Ctl,
-    drops, global_names, map_names, prog_names,
-};
+use ebee_shared::{cpu::BinCfg, ctl::Ctl, drops};
 use thiserror::Error;
 
 pub use bench::SwitchFloor;
@@ -68,6 +70,15 @@ pub struct ProbeConfig {
     pub bpf_stats: bool,
 }
 
+/// One program's cumulative run time (kernel BPF stats, when enabled).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProgStats {
+    /// Whether the kernel is collecting them for us.
+    pub enabled: bool,
+    pub run_ns: u64,
+    pub run_count: u64,
+}
+
 /// The loaded and attached programs with their maps.
 pub struct Probes {
     // Kept alive: dropping it detaches the programs.
@@ -105,6 +116,8 @@ fn is_permission(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// An error from aya as a [`ProbeError`] with `what` we were doing: a permission refusal
+/// becomes [`ProbeError::Permission`], whose message says how to fix it.
 fn classify<E: std::error::Error + 'static>(what: &str) -> impl FnOnce(E) -> ProbeError + '_ {
     move |e| {
         if is_permission(&e) {
@@ -122,216 +135,6 @@ fn classify<E: std::error::Error + 'static>(what: &str) -> impl FnOnce(E) -> Pro
 }
 
 impl Probes {
-    /// Load and attach everything. `interval` sets the burst-bin geometry.
-    pub fn load(cfg: ProbeConfig, interval: Duration) -> Result<Self, ProbeError> {
-        if OBJECT.is_empty() {
-            return Err(ProbeError::NoObject);
-        }
-        let kbtf = btf::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        let tgid_off = kbtf
-            .member_offset("task_struct", "tgid")
-            .map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        // The scheduler's task clock as stamped into each task: `se.exec_start`.
-        let exec_start_off = kbtf
-            .member_offset("task_struct", "se")
-            .and_then(|se| Ok(se + kbtf.member_offset("sched_entity", "exec_start")?))
-            .map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        for tp in [
-            prog_names::SCHED_SWITCH,
-            prog_names::PROCESS_EXIT,
-            prog_names::PROCESS_EXEC,
-        ] {
-            if kbtf.tracepoint_args(tp).is_none() {
-                return Err(ProbeError::Unsupported(format!(
-                    "no BTF tracepoint {tp} (tp_btf programs need it)"
-                )));
-            }
-        }
-        let exit_has_group_dead =
-            u32::from(kbtf.tracepoint_args(prog_names::PROCESS_EXIT) == Some(2));
-        let qos_offsets = qos::offsets(&kbtf);
-        let mut mem_offsets = mem::offsets(&kbtf);
-        if kbtf.tracepoint_args(prog_names::RSS_STAT) != Some(2) {
-            mem_offsets.valid = 0;
-        }
-        let aya_btf =
-            aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-
-        let ncpus =
-            aya::util::nr_cpus().map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
-        let shadow_on = u32::from(cfg.shadow);
-        let trace_on = u32::from(cfg.trace);
-        let mut loader = EbpfLoader::new();
-        loader
-            .btf(Some(&aya_btf))
-            .override_global(global_names::SHADOW_ON, &shadow_on, true)
-            .override_global(global_names::TRACE_ON, &trace_on, true)
-            .override_global(global_names::TASK_TGID_OFF, &tgid_off, true)
-            .override_global(global_names::TASK_EXEC_START_OFF, &exec_start_off, true)
-            .override_global(
-                global_names::EXIT_HAS_GROUP_DEAD,
-                &exit_has_group_dead,
-                true,
-            )
-            .override_global(global_names::QOS_OFFSETS, &qos_offsets, true)
-            .override_global(global_names::MEM_OFFSETS, &mem_offsets, true);
-        if !cfg.shadow {
-            // Unused maps still take memory; make them as small as the kernel allows.
-            for m in [
-                map_names::CPU_SHADOW0,
-                map_names::CPU_SHADOW1,
-                map_names::MEM_SHADOW0,
-                map_names::MEM_SHADOW1,
-            ] {
-                loader.map_max_entries(m, 1);
-            }
-        }
-        if !cfg.trace {
-            loader.map_max_entries(map_names::CPU_TRACE, page_size());
-            loader.map_max_entries(map_names::MEM_TRACE, page_size());
-        }
-        let mut ebpf = loader
-            .load(OBJECT)
-            .map_err(classify("loading eBPF object"))?;
-
-        let mut take = |name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| ProbeError::Other(format!("eBPF object has no map {name}")))
-        };
-        let mut ctl: Array<MapData, Ctl> =
-            Array::try_from(take(map_names::CTL)?).map_err(classify("CTL map"))?;
-        let state: PerCpuArray<MapData, CpuState> =
-            PerCpuArray::try_from(take(map_names::CPU_STATE)?).map_err(classify("state map"))?;
-        let sketch =
-            PerCpuArray::try_from(take(map_names::CPU_SKETCH)?).map_err(classify("sketch map"))?;
-        let drops_map =
-            PerCpuArray::try_from(take(map_names::DROPS)?).map_err(classify("drops"))?;
-        let shadow = if cfg.shadow {
-            Some([
-                aya::maps::PerCpuHashMap::try_from(take(map_names::CPU_SHADOW0)?)
-                    .map_err(classify("shadow map"))?,
-                aya::maps::PerCpuHashMap::try_from(take(map_names::CPU_SHADOW1)?)
-                    .map_err(classify("shadow map"))?,
-            ])
-        } else {
-            None
-        };
-        let trace = if cfg.trace {
-            Some(RingBuf::try_from(take(map_names::CPU_TRACE)?).map_err(classify("trace"))?)
-        } else {
-            None
-        };
-        let lifecycle = lifecycle::LifecycleReader::new(
-            RingBuf::try_from(take(map_names::LIFECYCLE)?).map_err(classify("lifecycle"))?,
-        );
-
-        let mem_drain = if mem_offsets.valid != 0 {
-            let shadow = if cfg.shadow {
-                Some([
-                    aya::maps::PerCpuHashMap::try_from(take(map_names::MEM_SHADOW0)?)
-                        .map_err(classify("mem shadow map"))?,
-                    aya::maps::PerCpuHashMap::try_from(take(map_names::MEM_SHADOW1)?)
-                        .map_err(classify("mem shadow map"))?,
-                ])
-            } else {
-                None
-            };
-            let trace = if cfg.trace {
-                Some(
-                    RingBuf::try_from(take(map_names::MEM_TRACE)?)
-                        .map_err(classify("mem trace"))?,
-                )
-            } else {
-                None
-            };
-            Some((
-                PerCpuArray::try_from(take(map_names::MEM_CPU)?).map_err(classify("mem cpu"))?,
-                PerCpuArray::try_from(take(map_names::MEM_SKETCH)?)
-                    .map_err(classify("mem sketch"))?,
-                shadow,
-                trace,
-            ))
-        } else {
-            None
-        };
-
-        // The syscall programs: loaded now (so a verifier error shows at start), attached only
-        // while something is pinned.
-        let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, qos_offsets, ncpus)?;
-
-        // The flip programs: loaded, never attached, run from userspace to close intervals.
-        let flipper = flip::Flipper::load(&mut ebpf, prog_names::FLIP)?;
-        let cpu_flipper = flip::Flipper::load(&mut ebpf, prog_names::CPU_FLIP)?;
-
-        let bins = BinCfg::for_interval(interval.as_nanos() as u64);
-        write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
-        let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
-        let mut cpu = cpu::CpuDrain::new(
-            cpu::CpuMaps {
-                state,
-                sketch,
-                shadow,
-                trace,
-            },
-            cpu_flipper,
-            ncpus,
-            epoch,
-            bins,
-        );
-        let mem_drain =
-            mem_drain.map(|(c, s, sh, t)| mem::MemDrain::new(c, s, sh, t, ncpus, epoch));
-        cpu.prime().map_err(classify("priming CPU state"))?;
-
-        for (name, tp) in [
-            (prog_names::SCHED_SWITCH, "sched_switch"),
-            (prog_names::PROCESS_EXIT, "sched_process_exit"),
-            (prog_names::PROCESS_EXEC, "sched_process_exec"),
-        ] {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
-                .try_into()
-                .map_err(classify(name))?;
-            prog.load(tp, &aya_btf).map_err(classify(name))?;
-            prog.attach().map_err(classify(name))?;
-        }
-        if mem_drain.is_some() {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(prog_names::RSS_STAT)
-                .ok_or_else(|| ProbeError::Other("no rss_stat program".into()))?
-                .try_into()
-                .map_err(classify("rss_stat"))?;
-            prog.load("rss_stat", &aya_btf)
-                .map_err(classify("rss_stat"))?;
-            prog.attach().map_err(classify("rss_stat"))?;
-        }
-        // Each CPU's clock starts at its first switch; make it now, not whenever it comes.
-        cpu.kick_all();
-
-        // Run-time stats are best effort: without them the cost shows as unknown.
-        let stats = if cfg.bpf_stats {
-            aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
-        } else {
-            None
-        };
-        Ok(Self {
-            stats,
-            want_stats: cfg.bpf_stats,
-            _ebpf: ebpf,
-            flip: flipper,
-            ctl,
-            drops: drops_map,
-            cpu,
-            lifecycle,
-            qos,
-            floor: bench::SyscallFloor::default(),
-            mem: mem_drain,
-            page_size: u64::from(page_size()),
-            ncpus,
-            bins,
-        })
-    }
-
     /// Number of possible CPUs (the width of every per-CPU map).
     pub fn ncpus(&self) -> usize {
         self.ncpus
@@ -431,6 +234,26 @@ impl Probes {
         self.bins
     }
 
+    /// Every map our programs use, with the kernel's own memory accounting.
+    pub fn map_report(&self) -> Result<Vec<MapMem>, ProbeError> {
+        maps::report()
+    }
+
+    /// Total run time of our attached programs since load (zero unless BPF stats are on).
+    pub fn prog_stats(&self) -> ProgStats {
+        let mut s = ProgStats {
+            enabled: self.stats.is_some(),
+            ..Default::default()
+        };
+        for (_, prog) in self._ebpf.programs() {
+            if let Ok(info) = prog.info() {
+                s.run_ns += info.run_time().as_nanos() as u64;
+                s.run_count += info.run_count();
+            }
+        }
+        s
+    }
+
     fn drops_total(&self) -> Result<[u64; drops::LEN as usize], aya::maps::MapError> {
         let mut out = [0u64; drops::LEN as usize];
         for (i, slot) in out.iter_mut().enumerate() {
@@ -459,37 +282,6 @@ pub(crate) fn page_size() -> u32 {
 /// Zeroed per-CPU values for clearing a per-CPU array slot.
 fn zeroed<T: aya::Pod + Default + Clone>(ncpus: usize) -> Result<PerCpuValues<T>, std::io::Error> {
     PerCpuValues::try_from(vec![T::default(); ncpus])
-}
-
-/// One program's cumulative run time (kernel BPF stats, when enabled).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ProgStats {
-    /// Whether the kernel is collecting them for us.
-    pub enabled: bool,
-    pub run_ns: u64,
-    pub run_count: u64,
-}
-
-impl Probes {
-    /// Every map our programs use, with the kernel's own memory accounting.
-    pub fn map_report(&self) -> Result<Vec<MapMem>, ProbeError> {
-        maps::report()
-    }
-
-    /// Total run time of our attached programs since load (zero unless BPF stats are on).
-    pub fn prog_stats(&self) -> ProgStats {
-        let mut s = ProgStats {
-            enabled: self.stats.is_some(),
-            ..Default::default()
-        };
-        for (_, prog) in self._ebpf.programs() {
-            if let Ok(info) = prog.info() {
-                s.run_ns += info.run_time().as_nanos() as u64;
-                s.run_count += info.run_count();
-            }
-        }
-        s
-    }
 }
 
 /// Move every record of an update-trace ring (tests and benchmarks only) into `pending` and
@@ -530,7 +322,7 @@ fn prog_stats_of(ebpf: &Ebpf, name: &str, enabled: bool) -> ProgStats {
 fn take_map<T, E: std::error::Error + 'static>(
     ebpf: &mut Ebpf,
     name: &str,
-    conv: impl FnOnce(aya::maps::Map) -> Result<T, E>,
+    conv: impl FnOnce(Map) -> Result<T, E>,
 ) -> Result<T, ProbeError> {
     let m = ebpf
         .take_map(name)
