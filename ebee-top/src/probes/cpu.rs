@@ -12,14 +12,18 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use aya::{
+    Ebpf,
+    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+};
 use ebee_shared::{
     cpu::{BURST_BINS, BinCfg, CpuFlipArgs, CpuSketch, CpuSlot, CpuState, CpuTrace, bin_lane},
-    ctl,
+    ctl, map_names,
 };
 
 use super::flip::Flipper;
 use super::kick::Kickers;
+use super::{ProbeConfig, ProbeError, take_map};
 
 /// Kick a CPU's thread again after this long without a switch there.
 const KICK_AGAIN: Duration = Duration::from_millis(2);
@@ -197,6 +201,32 @@ pub(super) struct CpuMaps {
     pub sketch: PerCpuArray<MapData, CpuSketch>,
     pub shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
     pub trace: Option<RingBuf<MapData>>,
+}
+
+impl CpuMaps {
+    /// Take the CPU pipeline's maps out of the object (the shadow and the trace only when
+    /// `cfg` asks for them).
+    pub(super) fn take(ebpf: &mut Ebpf, cfg: ProbeConfig) -> Result<Self, ProbeError> {
+        let shadow = if cfg.shadow {
+            Some([
+                take_map(ebpf, map_names::CPU_SHADOW0, PerCpuHashMap::try_from)?,
+                take_map(ebpf, map_names::CPU_SHADOW1, PerCpuHashMap::try_from)?,
+            ])
+        } else {
+            None
+        };
+        let trace = if cfg.trace {
+            Some(take_map(ebpf, map_names::CPU_TRACE, RingBuf::try_from)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            state: take_map(ebpf, map_names::CPU_STATE, PerCpuArray::try_from)?,
+            sketch: take_map(ebpf, map_names::CPU_SKETCH, PerCpuArray::try_from)?,
+            shadow,
+            trace,
+        })
+    }
 }
 
 impl CpuDrain {

@@ -2,56 +2,42 @@
 //! epoch word with a single atomic instruction in the kernel's own clock, and to run a program
 //! on a chosen CPU (BPF_F_TEST_RUN_ON_CPU). aya 0.14 does not wrap this command.
 
-use std::os::fd::{AsFd as _, AsRawFd as _};
+use std::os::fd::AsFd as _;
 
 use aya::{
+    Ebpf,
     maps::{Array, MapData},
     programs::{ProgramFd, RawTracePoint},
 };
 use ebee_shared::{cpu::CpuFlipArgs, ctl::Ctl};
 
-const BPF_PROG_TEST_RUN: libc::c_long = 10;
-/// `flags` bit: run on `cpu` (raw_tracepoint programs only), by IPI when it is not ours.
-const BPF_F_TEST_RUN_ON_CPU: u32 = 1;
-
-/// The `test` member of `union bpf_attr` (include/uapi/linux/bpf.h).
-#[repr(C)]
-#[derive(Default)]
-struct TestRunAttr {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
-    ctx_size_in: u32,
-    ctx_size_out: u32,
-    ctx_in: u64,
-    ctx_out: u64,
-    flags: u32,
-    cpu: u32,
-    batch_size: u32,
-    _pad: u32,
-}
+use super::{ProbeError, classify, sys};
 
 pub(super) struct Flipper {
     fd: ProgramFd,
 }
 
 impl Flipper {
-    pub(super) fn new(prog: &RawTracePoint) -> Result<Self, aya::programs::ProgramError> {
-        let fd = prog.fd()?.try_clone()?;
+    /// Load the raw_tracepoint program `name`, never to be attached: it runs only when we run
+    /// it.
+    pub(super) fn load(ebpf: &mut Ebpf, name: &str) -> Result<Self, ProbeError> {
+        let prog: &mut RawTracePoint = ebpf
+            .program_mut(name)
+            .ok_or_else(|| ProbeError::Other(format!("no {name} program")))?
+            .try_into()
+            .map_err(classify(&format!("{name} program")))?;
+        prog.load()
+            .map_err(classify(&format!("loading {name} program")))?;
+        let fd = prog
+            .fd()
+            .and_then(|fd| fd.try_clone().map_err(Into::into))
+            .map_err(classify(&format!("{name} program fd")))?;
         Ok(Self { fd })
     }
 
     /// Flip the interval parity; returns the new epoch word.
     pub(super) fn flip(&self, ctl: &Array<MapData, Ctl>) -> Result<u64, std::io::Error> {
-        self.run(TestRunAttr {
-            prog_fd: self.fd.as_fd().as_raw_fd() as u32,
-            ..Default::default()
-        })?;
+        self.run::<()>(None, None)?;
         ctl.get(&0, 0)
             .map(|c| c.epoch)
             .map_err(|e| std::io::Error::other(e.to_string()))
@@ -60,32 +46,11 @@ impl Flipper {
     /// Run the program on `cpu` with `args` as its raw_tracepoint arguments; returns when it
     /// has run there. `ENXIO` means the CPU is offline.
     pub(super) fn run_on_cpu(&self, cpu: u32, args: &CpuFlipArgs) -> Result<(), std::io::Error> {
-        self.run(TestRunAttr {
-            prog_fd: self.fd.as_fd().as_raw_fd() as u32,
-            ctx_in: std::ptr::from_ref(args) as u64,
-            ctx_size_in: std::mem::size_of::<CpuFlipArgs>() as u32,
-            flags: BPF_F_TEST_RUN_ON_CPU,
-            cpu,
-            ..Default::default()
-        })
+        self.run(Some(args), Some(cpu))
     }
 
-    fn run(&self, mut attr: TestRunAttr) -> Result<(), std::io::Error> {
-        // SAFETY: `attr` is a valid, initialised `bpf_attr.test` that outlives the call, and
-        // `ctx_in`, when set, points at `ctx_size_in` readable bytes that outlive it too; the
-        // kernel reads them and writes back only `retval` and `duration`.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_PROG_TEST_RUN,
-                &mut attr as *mut TestRunAttr,
-                std::mem::size_of::<TestRunAttr>() as u32,
-            )
-        };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if attr.retval != 0 {
+    fn run<T>(&self, ctx: Option<&T>, cpu: Option<u32>) -> Result<(), std::io::Error> {
+        if sys::prog_test_run(self.fd.as_fd(), ctx, cpu)? != 0 {
             return Err(std::io::Error::other("flip program found no map value"));
         }
         Ok(())

@@ -1,15 +1,22 @@
 //! Reading process exec/exit events from the lifecycle ring buffer.
 
-use aya::maps::{MapData, RingBuf};
-use ebee_shared::lifecycle::LifecycleEvent;
+use aya::{
+    Ebpf,
+    maps::{MapData, RingBuf},
+};
+use ebee_shared::{lifecycle::LifecycleEvent, map_names};
+
+use super::{ProbeError, take_map};
 
 pub(super) struct LifecycleReader {
     ring: RingBuf<MapData>,
 }
 
 impl LifecycleReader {
-    pub(super) fn new(ring: RingBuf<MapData>) -> Self {
-        Self { ring }
+    /// Take the lifecycle ring out of the object.
+    pub(super) fn take(ebpf: &mut Ebpf) -> Result<Self, ProbeError> {
+        let ring = take_map(ebpf, map_names::LIFECYCLE, RingBuf::try_from)?;
+        Ok(Self { ring })
     }
 
     /// Every event available now, oldest first.

@@ -7,11 +7,15 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use aya::maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf};
-use ebee_shared::ctl;
+use aya::{
+    Ebpf,
+    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+};
 use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot, MemTrace};
+use ebee_shared::{ctl, map_names};
 
 use super::btf::Btf;
+use super::{ProbeConfig, ProbeError, take_map};
 use crate::model::rank::Ranked;
 
 /// `mm_struct`/`task_struct` offsets and `mm_counters` values for `rss_stat`, from BTF.
@@ -130,20 +134,47 @@ pub(super) struct MemDrain {
     epoch: u64,
 }
 
-impl MemDrain {
-    pub(super) fn new(
-        cpu: PerCpuArray<MapData, MemCpu>,
-        sketch: PerCpuArray<MapData, MemSketch>,
-        shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
-        trace: Option<RingBuf<MapData>>,
-        ncpus: usize,
-        epoch: u64,
-    ) -> Self {
-        Self {
-            cpu,
-            sketch,
+/// The maps [`MemDrain::new`] takes over.
+pub(super) struct MemMaps {
+    cpu: PerCpuArray<MapData, MemCpu>,
+    sketch: PerCpuArray<MapData, MemSketch>,
+    shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
+    trace: Option<RingBuf<MapData>>,
+}
+
+impl MemMaps {
+    /// Take the memory pipeline's maps out of the object (the shadow and the trace only when
+    /// `cfg` asks for them).
+    pub(super) fn take(ebpf: &mut Ebpf, cfg: ProbeConfig) -> Result<Self, ProbeError> {
+        let shadow = if cfg.shadow {
+            Some([
+                take_map(ebpf, map_names::MEM_SHADOW0, PerCpuHashMap::try_from)?,
+                take_map(ebpf, map_names::MEM_SHADOW1, PerCpuHashMap::try_from)?,
+            ])
+        } else {
+            None
+        };
+        let trace = if cfg.trace {
+            Some(take_map(ebpf, map_names::MEM_TRACE, RingBuf::try_from)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            cpu: take_map(ebpf, map_names::MEM_CPU, PerCpuArray::try_from)?,
+            sketch: take_map(ebpf, map_names::MEM_SKETCH, PerCpuArray::try_from)?,
             shadow,
             trace,
+        })
+    }
+}
+
+impl MemDrain {
+    pub(super) fn new(maps: MemMaps, ncpus: usize, epoch: u64) -> Self {
+        Self {
+            cpu: maps.cpu,
+            sketch: maps.sketch,
+            shadow: maps.shadow,
+            trace: maps.trace,
             pending_trace: Vec::new(),
             ncpus,
             totals: (0, 0),

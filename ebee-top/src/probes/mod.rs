@@ -4,30 +4,38 @@
 //! BTF, attaches the programs and returns a handle; [`Probes::drain`] closes the interval being
 //! written and returns it as a [`RawInterval`]. Dropping `Probes` detaches every program and
 //! closes every map: nothing is pinned, so nothing outlives the process.
+//!
+//! `layout` and `load` are the steps of loading; each pipeline (`cpu`, `mem`, `qos`,
+//! `lifecycle`) takes its own maps and drains them; `flip` and `kick` close intervals; `sys`
+//! (the one raw bpf(2) call) and `raw_array` serve them; `maps` reports map memory; `bench`
+//! holds the benchmark-only floor programs.
 
+mod bench;
 pub mod btf;
 pub mod cpu;
 mod flip;
 mod kick;
+mod layout;
 pub mod lifecycle;
+mod load;
+mod maps;
 pub mod mem;
 pub mod qos;
+mod raw_array;
+mod sys;
 
 use std::time::Duration;
 
 use aya::{
-    Ebpf, EbpfLoader,
-    maps::{Array, MapData, PerCpuArray, PerCpuValues, RingBuf},
-    programs::{BtfTracePoint, RawTracePoint},
+    Ebpf,
+    maps::{Array, Map, MapData, PerCpuArray, PerCpuValues},
 };
-use ebee_shared::{
-    cpu::{BinCfg, CpuState},
-    ctl::Ctl,
-    drops, global_names, map_names, prog_names,
-};
+use ebee_shared::{cpu::BinCfg, ctl::Ctl, drops};
 use thiserror::Error;
 
+pub use bench::SwitchFloor;
 pub use cpu::{CpuCharge, RawInterval};
+pub use maps::MapMem;
 
 /// The eBPF object built by build.rs.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ebee-top-ebpf"));
@@ -62,6 +70,15 @@ pub struct ProbeConfig {
     pub bpf_stats: bool,
 }
 
+/// One program's cumulative run time (kernel BPF stats, when enabled).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProgStats {
+    /// Whether the kernel is collecting them for us.
+    pub enabled: bool,
+    pub run_ns: u64,
+    pub run_count: u64,
+}
+
 /// The loaded and attached programs with their maps.
 pub struct Probes {
     // Kept alive: dropping it detaches the programs.
@@ -72,6 +89,8 @@ pub struct Probes {
     cpu: cpu::CpuDrain,
     lifecycle: lifecycle::LifecycleReader,
     qos: qos::QosProbes,
+    /// The overhead benchmark's empty syscall programs, while attached.
+    floor: bench::SyscallFloor,
     /// The memory pipeline; None when the kernel lacks rss_stat or the layout it reads.
     mem: Option<mem::MemDrain>,
     page_size: u64,
@@ -97,6 +116,8 @@ fn is_permission(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// An error from aya as a [`ProbeError`] with `what` we were doing: a permission refusal
+/// becomes [`ProbeError::Permission`], whose message says how to fix it.
 fn classify<E: std::error::Error + 'static>(what: &str) -> impl FnOnce(E) -> ProbeError + '_ {
     move |e| {
         if is_permission(&e) {
@@ -114,230 +135,6 @@ fn classify<E: std::error::Error + 'static>(what: &str) -> impl FnOnce(E) -> Pro
 }
 
 impl Probes {
-    /// Load and attach everything. `interval` sets the burst-bin geometry.
-    pub fn load(cfg: ProbeConfig, interval: Duration) -> Result<Self, ProbeError> {
-        if OBJECT.is_empty() {
-            return Err(ProbeError::NoObject);
-        }
-        let kbtf = btf::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        let tgid_off = kbtf
-            .member_offset("task_struct", "tgid")
-            .map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        // The scheduler's task clock as stamped into each task: `se.exec_start`.
-        let exec_start_off = kbtf
-            .member_offset("task_struct", "se")
-            .and_then(|se| Ok(se + kbtf.member_offset("sched_entity", "exec_start")?))
-            .map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        for tp in [
-            prog_names::SCHED_SWITCH,
-            prog_names::PROCESS_EXIT,
-            prog_names::PROCESS_EXEC,
-        ] {
-            if kbtf.tracepoint_args(tp).is_none() {
-                return Err(ProbeError::Unsupported(format!(
-                    "no BTF tracepoint {tp} (tp_btf programs need it)"
-                )));
-            }
-        }
-        let exit_has_group_dead =
-            u32::from(kbtf.tracepoint_args(prog_names::PROCESS_EXIT) == Some(2));
-        let qos_offsets = qos::offsets(&kbtf);
-        let mut mem_offsets = mem::offsets(&kbtf);
-        if kbtf.tracepoint_args(prog_names::RSS_STAT) != Some(2) {
-            mem_offsets.valid = 0;
-        }
-        let aya_btf =
-            aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-
-        let ncpus =
-            aya::util::nr_cpus().map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
-        let shadow_on = u32::from(cfg.shadow);
-        let trace_on = u32::from(cfg.trace);
-        let mut loader = EbpfLoader::new();
-        loader
-            .btf(Some(&aya_btf))
-            .override_global(global_names::SHADOW_ON, &shadow_on, true)
-            .override_global(global_names::TRACE_ON, &trace_on, true)
-            .override_global(global_names::TASK_TGID_OFF, &tgid_off, true)
-            .override_global(global_names::TASK_EXEC_START_OFF, &exec_start_off, true)
-            .override_global(
-                global_names::EXIT_HAS_GROUP_DEAD,
-                &exit_has_group_dead,
-                true,
-            )
-            .override_global(global_names::QOS_OFFSETS, &qos_offsets, true)
-            .override_global(global_names::MEM_OFFSETS, &mem_offsets, true);
-        if !cfg.shadow {
-            // Unused maps still take memory; make them as small as the kernel allows.
-            for m in [
-                map_names::CPU_SHADOW0,
-                map_names::CPU_SHADOW1,
-                map_names::MEM_SHADOW0,
-                map_names::MEM_SHADOW1,
-            ] {
-                loader.map_max_entries(m, 1);
-            }
-        }
-        if !cfg.trace {
-            loader.map_max_entries(map_names::CPU_TRACE, page_size());
-            loader.map_max_entries(map_names::MEM_TRACE, page_size());
-        }
-        let mut ebpf = loader
-            .load(OBJECT)
-            .map_err(classify("loading eBPF object"))?;
-
-        let mut take = |name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| ProbeError::Other(format!("eBPF object has no map {name}")))
-        };
-        let mut ctl: Array<MapData, Ctl> =
-            Array::try_from(take(map_names::CTL)?).map_err(classify("CTL map"))?;
-        let state: PerCpuArray<MapData, CpuState> =
-            PerCpuArray::try_from(take(map_names::CPU_STATE)?).map_err(classify("state map"))?;
-        let sketch =
-            PerCpuArray::try_from(take(map_names::CPU_SKETCH)?).map_err(classify("sketch map"))?;
-        let drops_map =
-            PerCpuArray::try_from(take(map_names::DROPS)?).map_err(classify("drops"))?;
-        let shadow = if cfg.shadow {
-            Some([
-                aya::maps::PerCpuHashMap::try_from(take(map_names::CPU_SHADOW0)?)
-                    .map_err(classify("shadow map"))?,
-                aya::maps::PerCpuHashMap::try_from(take(map_names::CPU_SHADOW1)?)
-                    .map_err(classify("shadow map"))?,
-            ])
-        } else {
-            None
-        };
-        let trace = if cfg.trace {
-            Some(RingBuf::try_from(take(map_names::CPU_TRACE)?).map_err(classify("trace"))?)
-        } else {
-            None
-        };
-        let lifecycle = lifecycle::LifecycleReader::new(
-            RingBuf::try_from(take(map_names::LIFECYCLE)?).map_err(classify("lifecycle"))?,
-        );
-
-        let mem_drain = if mem_offsets.valid != 0 {
-            let shadow = if cfg.shadow {
-                Some([
-                    aya::maps::PerCpuHashMap::try_from(take(map_names::MEM_SHADOW0)?)
-                        .map_err(classify("mem shadow map"))?,
-                    aya::maps::PerCpuHashMap::try_from(take(map_names::MEM_SHADOW1)?)
-                        .map_err(classify("mem shadow map"))?,
-                ])
-            } else {
-                None
-            };
-            let trace = if cfg.trace {
-                Some(
-                    RingBuf::try_from(take(map_names::MEM_TRACE)?)
-                        .map_err(classify("mem trace"))?,
-                )
-            } else {
-                None
-            };
-            Some((
-                PerCpuArray::try_from(take(map_names::MEM_CPU)?).map_err(classify("mem cpu"))?,
-                PerCpuArray::try_from(take(map_names::MEM_SKETCH)?)
-                    .map_err(classify("mem sketch"))?,
-                shadow,
-                trace,
-            ))
-        } else {
-            None
-        };
-
-        // The syscall programs: loaded now (so a verifier error shows at start), attached only
-        // while something is pinned.
-        let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, qos_offsets)?;
-
-        // The flip program: loaded, never attached, run from userspace to close intervals.
-        let flip_prog: &mut RawTracePoint = ebpf
-            .program_mut(prog_names::FLIP)
-            .ok_or_else(|| ProbeError::Other("no flip program".into()))?
-            .try_into()
-            .map_err(classify("flip program"))?;
-        flip_prog.load().map_err(classify("loading flip program"))?;
-        let flipper = flip::Flipper::new(flip_prog).map_err(classify("flip program fd"))?;
-
-        let cpu_flip: &mut RawTracePoint = ebpf
-            .program_mut(prog_names::CPU_FLIP)
-            .ok_or_else(|| ProbeError::Other("no cpu_flip program".into()))?
-            .try_into()
-            .map_err(classify("cpu_flip program"))?;
-        cpu_flip
-            .load()
-            .map_err(classify("loading cpu_flip program"))?;
-        let cpu_flipper = flip::Flipper::new(cpu_flip).map_err(classify("cpu_flip program fd"))?;
-
-        let bins = BinCfg::for_interval(interval.as_nanos() as u64);
-        write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
-        let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
-        let mut cpu = cpu::CpuDrain::new(
-            cpu::CpuMaps {
-                state,
-                sketch,
-                shadow,
-                trace,
-            },
-            cpu_flipper,
-            ncpus,
-            epoch,
-            bins,
-        );
-        let mem_drain =
-            mem_drain.map(|(c, s, sh, t)| mem::MemDrain::new(c, s, sh, t, ncpus, epoch));
-        cpu.prime().map_err(classify("priming CPU state"))?;
-
-        for (name, tp) in [
-            (prog_names::SCHED_SWITCH, "sched_switch"),
-            (prog_names::PROCESS_EXIT, "sched_process_exit"),
-            (prog_names::PROCESS_EXEC, "sched_process_exec"),
-        ] {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
-                .try_into()
-                .map_err(classify(name))?;
-            prog.load(tp, &aya_btf).map_err(classify(name))?;
-            prog.attach().map_err(classify(name))?;
-        }
-        if mem_drain.is_some() {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(prog_names::RSS_STAT)
-                .ok_or_else(|| ProbeError::Other("no rss_stat program".into()))?
-                .try_into()
-                .map_err(classify("rss_stat"))?;
-            prog.load("rss_stat", &aya_btf)
-                .map_err(classify("rss_stat"))?;
-            prog.attach().map_err(classify("rss_stat"))?;
-        }
-        // Each CPU's clock starts at its first switch; make it now, not whenever it comes.
-        cpu.kick_all();
-
-        // Run-time stats are best effort: without them the cost shows as unknown.
-        let stats = if cfg.bpf_stats {
-            aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
-        } else {
-            None
-        };
-        Ok(Self {
-            stats,
-            want_stats: cfg.bpf_stats,
-            _ebpf: ebpf,
-            flip: flipper,
-            ctl,
-            drops: drops_map,
-            cpu,
-            lifecycle,
-            qos,
-            mem: mem_drain,
-            page_size: u64::from(page_size()),
-            ncpus,
-            bins,
-        })
-    }
-
     /// Number of possible CPUs (the width of every per-CPU map).
     pub fn ncpus(&self) -> usize {
         self.ncpus
@@ -401,13 +198,6 @@ impl Probes {
         }
     }
 
-    /// Benchmarks only: attach (or detach) empty programs on `sys_enter`/`sys_exit`, the
-    /// floor any enter/exit design pays on this machine.
-    pub fn set_syscall_floor(&mut self, on: bool) -> Result<(), ProbeError> {
-        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        self.qos.set_floor(&mut self._ebpf, on, &btf)
-    }
-
     /// The pinned processes.
     pub fn pinned(&self) -> Vec<u32> {
         self.qos.pinned()
@@ -436,20 +226,32 @@ impl Probes {
 
     /// Run time of one program since load (zero unless BPF stats are on).
     pub fn prog_stats_of(&self, name: &str) -> ProgStats {
-        let mut s = ProgStats {
-            enabled: self.stats.is_some(),
-            ..Default::default()
-        };
-        if let Some(info) = self._ebpf.program(name).and_then(|p| p.info().ok()) {
-            s.run_ns = info.run_time().as_nanos() as u64;
-            s.run_count = info.run_count();
-        }
-        s
+        prog_stats_of(&self._ebpf, name, self.stats.is_some())
     }
 
     /// Burst-bin geometry currently in force.
     pub fn bins(&self) -> BinCfg {
         self.bins
+    }
+
+    /// Every map our programs use, with the kernel's own memory accounting.
+    pub fn map_report(&self) -> Result<Vec<MapMem>, ProbeError> {
+        maps::report()
+    }
+
+    /// Total run time of our attached programs since load (zero unless BPF stats are on).
+    pub fn prog_stats(&self) -> ProgStats {
+        let mut s = ProgStats {
+            enabled: self.stats.is_some(),
+            ..Default::default()
+        };
+        for (_, prog) in self._ebpf.programs() {
+            if let Ok(info) = prog.info() {
+                s.run_ns += info.run_time().as_nanos() as u64;
+                s.run_count += info.run_count();
+            }
+        }
+        s
     }
 
     fn drops_total(&self) -> Result<[u64; drops::LEN as usize], aya::maps::MapError> {
@@ -482,87 +284,6 @@ fn zeroed<T: aya::Pod + Default + Clone>(ncpus: usize) -> Result<PerCpuValues<T>
     PerCpuValues::try_from(vec![T::default(); ncpus])
 }
 
-/// One map's footprint as the kernel accounts it.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct MapMem {
-    pub name: String,
-    pub kind: String,
-    pub key_size: u32,
-    pub value_size: u32,
-    pub max_entries: u32,
-    /// Bytes charged for the map (`memlock` in /proc/self/fdinfo), as the kernel reports it.
-    pub memlock: u64,
-}
-
-/// One program's cumulative run time (kernel BPF stats, when enabled).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ProgStats {
-    /// Whether the kernel is collecting them for us.
-    pub enabled: bool,
-    pub run_ns: u64,
-    pub run_count: u64,
-}
-
-impl Probes {
-    /// Every map our programs use, with the kernel's own memory accounting.
-    pub fn map_report(&self) -> Result<Vec<MapMem>, ProbeError> {
-        // Every map of the object is created at load, whether or not a program using it is
-        // loaded yet (the syscall programs load only when something is pinned), so walk our
-        // own map file descriptors rather than the loaded programs' map ids.
-        let mut ids = std::collections::BTreeSet::new();
-        let fds = std::fs::read_dir("/proc/self/fd")
-            .map_err(|e| ProbeError::Other(format!("listing /proc/self/fd: {e}")))?;
-        for fd in fds.flatten() {
-            let is_map =
-                std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf-map");
-            let fd: Option<i32> = fd.file_name().to_str().and_then(|n| n.parse().ok());
-            if let (true, Some(fd)) = (is_map, fd) {
-                if let Some(id) = fdinfo_field(fd, "map_id") {
-                    ids.insert(id as u32);
-                }
-            }
-        }
-        let mut out = Vec::new();
-        for id in ids {
-            let info = aya::maps::MapInfo::from_id(id).map_err(classify("map info"))?;
-            let fd = info.fd().map_err(classify("map fd"))?;
-            let memlock = fdinfo_field(
-                std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&fd)),
-                "memlock",
-            )
-            .unwrap_or(0);
-            out.push(MapMem {
-                name: info.name_as_str().unwrap_or("?").to_owned(),
-                kind: info
-                    .map_type()
-                    .map(|t| format!("{t:?}"))
-                    .unwrap_or_else(|_| "?".into()),
-                key_size: info.key_size(),
-                value_size: info.value_size(),
-                max_entries: info.max_entries(),
-                memlock,
-            });
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
-    }
-
-    /// Total run time of our attached programs since load (zero unless BPF stats are on).
-    pub fn prog_stats(&self) -> ProgStats {
-        let mut s = ProgStats {
-            enabled: self.stats.is_some(),
-            ..Default::default()
-        };
-        for (_, prog) in self._ebpf.programs() {
-            if let Ok(info) = prog.info() {
-                s.run_ns += info.run_time().as_nanos() as u64;
-                s.run_count += info.run_count();
-            }
-        }
-        s
-    }
-}
-
 /// Move every record of an update-trace ring (tests and benchmarks only) into `pending` and
 /// return those written in `epoch`, the interval just closed; later ones stay pending for
 /// their own drain.
@@ -584,65 +305,27 @@ fn take_trace<T: Copy>(
     mine
 }
 
-/// A numeric field of /proc/self/fdinfo/<fd>.
-fn fdinfo_field(fd: i32, field: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        (k.trim() == field).then(|| v.trim().parse().ok())?
-    })
+/// Run time of program `name` of `ebpf` since load (zero unless `enabled`, BPF stats on).
+fn prog_stats_of(ebpf: &Ebpf, name: &str, enabled: bool) -> ProgStats {
+    let mut s = ProgStats {
+        enabled,
+        ..Default::default()
+    };
+    if let Some(info) = ebpf.program(name).and_then(|p| p.info().ok()) {
+        s.run_ns = info.run_time().as_nanos() as u64;
+        s.run_count = info.run_count();
+    }
+    s
 }
 
-/// The empty `floor_switch` program attached to `sched_switch` on its own: what any
-/// sched_switch program costs on this machine (the switch-cost benchmark; not used by
-/// ebee-top itself). Dropping it detaches and unloads everything.
-pub struct SwitchFloor {
-    ebpf: Ebpf,
-    stats: Option<std::os::fd::OwnedFd>,
-}
-
-impl SwitchFloor {
-    /// Load the object (maps included, nothing else attached) and attach `floor_switch`,
-    /// with the kernel's BPF run-time statistics on when `bpf_stats`.
-    pub fn attach(bpf_stats: bool) -> Result<Self, ProbeError> {
-        if OBJECT.is_empty() {
-            return Err(ProbeError::NoObject);
-        }
-        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
-            .load(OBJECT)
-            .map_err(classify("loading eBPF object"))?;
-        let prog: &mut BtfTracePoint = ebpf
-            .program_mut(prog_names::FLOOR_SWITCH)
-            .ok_or_else(|| ProbeError::Other("no floor_switch program".into()))?
-            .try_into()
-            .map_err(classify("floor_switch"))?;
-        prog.load("sched_switch", &btf)
-            .map_err(classify("floor_switch"))?;
-        prog.attach().map_err(classify("floor_switch"))?;
-        let stats = if bpf_stats {
-            aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
-        } else {
-            None
-        };
-        Ok(Self { ebpf, stats })
-    }
-
-    /// Run time of the floor program since it was attached (zero without statistics).
-    pub fn stats(&self) -> ProgStats {
-        let mut s = ProgStats {
-            enabled: self.stats.is_some(),
-            ..Default::default()
-        };
-        if let Some(info) = self
-            .ebpf
-            .program(prog_names::FLOOR_SWITCH)
-            .and_then(|p| p.info().ok())
-        {
-            s.run_ns = info.run_time().as_nanos() as u64;
-            s.run_count = info.run_count();
-        }
-        s
-    }
+/// Take map `name` out of the object and make it the handle a pipeline reads it through.
+fn take_map<T, E: std::error::Error + 'static>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    conv: impl FnOnce(Map) -> Result<T, E>,
+) -> Result<T, ProbeError> {
+    let m = ebpf
+        .take_map(name)
+        .ok_or_else(|| ProbeError::Other(format!("eBPF object has no map {name}")))?;
+    conv(m).map_err(classify(name))
 }

@@ -1,0 +1,99 @@
+//! Benchmark-only programs, not used by ebee-top itself: the empty "floor" programs that
+//! measure what any program on a hook costs on this machine, beside which the real pipelines'
+//! cost is judged. [`SwitchFloor`] for `sched_switch` (the switch-cost benchmark) and
+//! [`Probes::set_syscall_floor`] for `sys_enter`/`sys_exit` (the overhead benchmark).
+
+use aya::{
+    Ebpf, EbpfLoader,
+    programs::{BtfTracePoint, tp_btf::BtfTracePointLink},
+};
+use ebee_shared::prog_names;
+
+use super::{OBJECT, ProbeError, Probes, ProgStats, classify};
+
+/// The empty `floor_enter`/`floor_exit` programs, attached while the overhead benchmark wants
+/// them.
+#[derive(Default)]
+pub(super) struct SyscallFloor {
+    links: Option<(BtfTracePointLink, BtfTracePointLink)>,
+}
+
+impl SyscallFloor {
+    /// Attach (`on`) or detach the floor programs, loading them the first time.
+    fn set(&mut self, ebpf: &mut Ebpf, on: bool, btf: &aya::Btf) -> Result<(), ProbeError> {
+        if !on {
+            self.links = None;
+            return Ok(());
+        }
+        if self.links.is_some() {
+            return Ok(());
+        }
+        let mut attach = |name: &str, tp: &str| -> Result<BtfTracePointLink, ProbeError> {
+            let prog: &mut BtfTracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
+                .try_into()
+                .map_err(classify(name))?;
+            if prog.fd().is_err() {
+                prog.load(tp, btf).map_err(classify(name))?;
+            }
+            let id = prog.attach().map_err(classify(name))?;
+            prog.take_link(id).map_err(classify(name))
+        };
+        let e = attach(prog_names::FLOOR_ENTER, prog_names::SYS_ENTER)?;
+        let x = attach(prog_names::FLOOR_EXIT, prog_names::SYS_EXIT)?;
+        self.links = Some((e, x));
+        Ok(())
+    }
+}
+
+impl Probes {
+    /// Benchmarks only: attach (or detach) empty programs on `sys_enter`/`sys_exit`, the
+    /// floor any enter/exit design pays on this machine.
+    pub fn set_syscall_floor(&mut self, on: bool) -> Result<(), ProbeError> {
+        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        self.floor.set(&mut self._ebpf, on, &btf)
+    }
+}
+
+/// The empty `floor_switch` program attached to `sched_switch` on its own: what any
+/// sched_switch program costs on this machine (the switch-cost benchmark; not used by
+/// ebee-top itself). Dropping it detaches and unloads everything.
+pub struct SwitchFloor {
+    ebpf: Ebpf,
+    stats: Option<std::os::fd::OwnedFd>,
+}
+
+impl SwitchFloor {
+    /// Load the object (maps included, nothing else attached) and attach `floor_switch`,
+    /// with the kernel's BPF run-time statistics on when `bpf_stats`.
+    pub fn attach(bpf_stats: bool) -> Result<Self, ProbeError> {
+        if OBJECT.is_empty() {
+            return Err(ProbeError::NoObject);
+        }
+        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .load(OBJECT)
+            .map_err(classify("loading eBPF object"))?;
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(prog_names::FLOOR_SWITCH)
+            .ok_or_else(|| ProbeError::Other("no floor_switch program".into()))?
+            .try_into()
+            .map_err(classify("floor_switch"))?;
+        prog.load("sched_switch", &btf)
+            .map_err(classify("floor_switch"))?;
+        prog.attach().map_err(classify("floor_switch"))?;
+        let stats = if bpf_stats {
+            aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
+        } else {
+            None
+        };
+        Ok(Self { ebpf, stats })
+    }
+
+    /// Run time of the floor program since it was attached (zero without statistics).
+    pub fn stats(&self) -> ProgStats {
+        super::prog_stats_of(&self.ebpf, prog_names::FLOOR_SWITCH, self.stats.is_some())
+    }
+}

@@ -1,0 +1,65 @@
+//! The running kernel's layout as the programs need it, read once from its BTF: struct member
+//! offsets (aya-ebpf has no CO-RE, so the programs get them as load-time globals) and the
+//! tracepoint prototypes that decide what can be attached.
+
+use ebee_shared::{mem::MemOffsets, prog_names, qos::Offsets};
+
+use super::{ProbeError, btf::Btf, mem, qos};
+
+/// Every offset and layout fact the programs are loaded with.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct KernelLayout {
+    /// `task_struct.tgid`.
+    pub tgid_off: u32,
+    /// The scheduler's task clock as stamped into each task: `task_struct.se.exec_start`.
+    pub exec_start_off: u32,
+    /// 1 when `sched_process_exit` passes `group_dead` (its second argument).
+    pub exit_has_group_dead: u32,
+    /// The request model's offsets (`valid` 0: requests are not modelled).
+    pub qos: Offsets,
+    /// The memory pipeline's offsets (`valid` 0: it is not attached).
+    pub mem: MemOffsets,
+}
+
+impl KernelLayout {
+    /// Read the layout; the kernel is unsupported when the CPU pipeline's needs are missing.
+    pub(super) fn read(btf: &Btf) -> Result<Self, ProbeError> {
+        let unsupported = |e: super::btf::BtfError| ProbeError::Unsupported(e.to_string());
+        let tgid_off = btf
+            .member_offset("task_struct", "tgid")
+            .map_err(unsupported)?;
+        let exec_start_off = btf
+            .member_offset("task_struct", "se")
+            .and_then(|se| Ok(se + btf.member_offset("sched_entity", "exec_start")?))
+            .map_err(unsupported)?;
+        for tp in [
+            prog_names::SCHED_SWITCH,
+            prog_names::PROCESS_EXIT,
+            prog_names::PROCESS_EXEC,
+        ] {
+            if btf.tracepoint_args(tp).is_none() {
+                return Err(ProbeError::Unsupported(format!(
+                    "no BTF tracepoint {tp} (tp_btf programs need it)"
+                )));
+            }
+        }
+        let exit_has_group_dead =
+            u32::from(btf.tracepoint_args(prog_names::PROCESS_EXIT) == Some(2));
+        let mut mem = mem::offsets(btf);
+        if btf.tracepoint_args(prog_names::RSS_STAT) != Some(2) {
+            mem.valid = 0;
+        }
+        Ok(Self {
+            tgid_off,
+            exec_start_off,
+            exit_has_group_dead,
+            qos: qos::offsets(btf),
+            mem,
+        })
+    }
+
+    /// Whether the memory pipeline can be attached.
+    pub(super) fn has_mem(&self) -> bool {
+        self.mem.valid != 0
+    }
+}

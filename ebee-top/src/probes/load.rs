@@ -1,0 +1,154 @@
+//! [`Probes::load`] in its steps: read the kernel's layout, load the object with its globals
+//! set, let each pipeline take its maps, load the flip programs, open the first interval, and
+//! attach. The order matters where said.
+
+use std::time::Duration;
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, MapData, PerCpuArray},
+    programs::BtfTracePoint,
+};
+use ebee_shared::{cpu::BinCfg, ctl::Ctl, global_names, map_names, prog_names};
+
+use super::layout::KernelLayout;
+use super::{
+    OBJECT, ProbeConfig, ProbeError, Probes, bench, btf, classify, cpu, flip, lifecycle, mem,
+    page_size, qos, take_map, write_bins,
+};
+
+impl Probes {
+    /// Load and attach everything. `interval` sets the burst-bin geometry.
+    pub fn load(cfg: ProbeConfig, interval: Duration) -> Result<Self, ProbeError> {
+        if OBJECT.is_empty() {
+            return Err(ProbeError::NoObject);
+        }
+        let unsupported = |e: &dyn std::fmt::Display| ProbeError::Unsupported(e.to_string());
+        let layout = KernelLayout::read(&btf::Btf::from_sys_fs().map_err(|e| unsupported(&e))?)?;
+        let aya_btf = aya::Btf::from_sys_fs().map_err(|e| unsupported(&e))?;
+        let ncpus =
+            aya::util::nr_cpus().map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
+        let mut ebpf = load_object(cfg, &layout, &aya_btf)?;
+
+        // Each pipeline takes its own maps.
+        let mut ctl: Array<MapData, Ctl> = take_map(&mut ebpf, map_names::CTL, Array::try_from)?;
+        let drops = take_map(&mut ebpf, map_names::DROPS, PerCpuArray::try_from)?;
+        let cpu_maps = cpu::CpuMaps::take(&mut ebpf, cfg)?;
+        let lifecycle = lifecycle::LifecycleReader::take(&mut ebpf)?;
+        let mem_maps = if layout.has_mem() {
+            Some(mem::MemMaps::take(&mut ebpf, cfg)?)
+        } else {
+            None
+        };
+        // The syscall programs: loaded now (so a verifier error shows at start), attached only
+        // while something is pinned.
+        let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, layout.qos, ncpus)?;
+
+        // The flip programs: loaded, never attached, run from userspace to close intervals.
+        let flipper = flip::Flipper::load(&mut ebpf, prog_names::FLIP)?;
+        let cpu_flipper = flip::Flipper::load(&mut ebpf, prog_names::CPU_FLIP)?;
+
+        // The first interval, opened before anything writes to it.
+        let bins = BinCfg::for_interval(interval.as_nanos() as u64);
+        write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
+        let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
+        let mut cpu = cpu::CpuDrain::new(cpu_maps, cpu_flipper, ncpus, epoch, bins);
+        let mem = mem_maps.map(|m| mem::MemDrain::new(m, ncpus, epoch));
+        cpu.prime().map_err(classify("priming CPU state"))?;
+
+        attach(&mut ebpf, &aya_btf, mem.is_some())?;
+        // Each CPU's clock starts at its first switch; make it now, not whenever it comes.
+        cpu.kick_all();
+
+        // Run-time stats are best effort: without them the cost shows as unknown.
+        let stats = if cfg.bpf_stats {
+            aya::sys::enable_stats(aya::sys::Stats::RunTime).ok()
+        } else {
+            None
+        };
+        Ok(Self {
+            stats,
+            want_stats: cfg.bpf_stats,
+            _ebpf: ebpf,
+            flip: flipper,
+            ctl,
+            drops,
+            cpu,
+            lifecycle,
+            qos,
+            floor: bench::SyscallFloor::default(),
+            mem,
+            page_size: u64::from(page_size()),
+            ncpus,
+            bins,
+        })
+    }
+}
+
+/// Load the object (maps created, no program loaded yet) with its globals set from `cfg` and
+/// the kernel's layout.
+fn load_object(
+    cfg: ProbeConfig,
+    layout: &KernelLayout,
+    btf: &aya::Btf,
+) -> Result<Ebpf, ProbeError> {
+    let shadow_on = u32::from(cfg.shadow);
+    let trace_on = u32::from(cfg.trace);
+    let mut loader = EbpfLoader::new();
+    loader
+        .btf(Some(btf))
+        .override_global(global_names::SHADOW_ON, &shadow_on, true)
+        .override_global(global_names::TRACE_ON, &trace_on, true)
+        .override_global(global_names::TASK_TGID_OFF, &layout.tgid_off, true)
+        .override_global(
+            global_names::TASK_EXEC_START_OFF,
+            &layout.exec_start_off,
+            true,
+        )
+        .override_global(
+            global_names::EXIT_HAS_GROUP_DEAD,
+            &layout.exit_has_group_dead,
+            true,
+        )
+        .override_global(global_names::QOS_OFFSETS, &layout.qos, true)
+        .override_global(global_names::MEM_OFFSETS, &layout.mem, true);
+    if !cfg.shadow {
+        // Unused maps still take memory; make them as small as the kernel allows.
+        for m in [
+            map_names::CPU_SHADOW0,
+            map_names::CPU_SHADOW1,
+            map_names::MEM_SHADOW0,
+            map_names::MEM_SHADOW1,
+        ] {
+            loader.map_max_entries(m, 1);
+        }
+    }
+    if !cfg.trace {
+        loader.map_max_entries(map_names::CPU_TRACE, page_size());
+        loader.map_max_entries(map_names::MEM_TRACE, page_size());
+    }
+    loader.load(OBJECT).map_err(classify("loading eBPF object"))
+}
+
+/// Load and attach the always-on tp_btf programs: the CPU pipeline and process lifecycle, and
+/// the memory pipeline when `mem`. Only after the first interval is open and primed: from the
+/// first switch on, every slice is charged to an interval.
+fn attach(ebpf: &mut Ebpf, btf: &aya::Btf, mem: bool) -> Result<(), ProbeError> {
+    let always = [
+        (prog_names::SCHED_SWITCH, "sched_switch"),
+        (prog_names::PROCESS_EXIT, "sched_process_exit"),
+        (prog_names::PROCESS_EXEC, "sched_process_exec"),
+    ];
+    let mem_progs = [(prog_names::RSS_STAT, "rss_stat")];
+    let progs = always.iter().chain(mem_progs.iter().filter(|_| mem));
+    for &(name, tp) in progs {
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(name)
+            .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
+            .try_into()
+            .map_err(classify(name))?;
+        prog.load(tp, btf).map_err(classify(name))?;
+        prog.attach().map_err(classify(name))?;
+    }
+    Ok(())
+}
