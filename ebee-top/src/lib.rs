@@ -11,17 +11,8 @@ pub mod exit;
 pub mod frontend;
 pub mod model;
 pub mod os;
-pub mod preflight;
 pub mod probes;
 pub mod record;
 pub mod source;
 pub mod time;
 pub mod view;
-
-// Paths the probes module still names (it is being reshaped on its own branch).
-pub(crate) mod latency {
-    pub use crate::time::monotonic_ns;
-}
-pub(crate) mod procnet {
-    pub use crate::os::ports::listening_ports;
-}

@@ -32,7 +32,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Some(Command::Export(a)) => return frontend::export::run(a),
         None => {}
     }
-    ebee_top::preflight::check_live()?;
+    ebee_top::probes::preflight::check_live()?;
     if cli.print_maps {
         frontend::maps::run(cli)
     } else if cli.batch {

@@ -7,3 +7,4 @@ pub mod details;
 pub mod host;
 pub mod ports;
 pub mod procinfo;
+pub mod rss;

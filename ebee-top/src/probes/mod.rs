@@ -20,6 +20,7 @@ pub mod lifecycle;
 mod load;
 mod maps;
 pub mod mem;
+pub mod preflight;
 pub mod qos;
 mod raw_array;
 mod sys;

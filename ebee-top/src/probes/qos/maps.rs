@@ -122,7 +122,7 @@ impl QosMaps {
     pub(super) fn refresh_ports(&mut self, pids: &[u32]) -> Result<(), ProbeError> {
         let mut words = vec![0u64; PORT_WORDS as usize];
         for &pid in pids {
-            for port in crate::procnet::listening_ports(pid) {
+            for port in crate::os::ports::listening_ports(pid) {
                 words[usize::from(port >> 6)] |= 1 << (port & 63);
             }
         }

@@ -140,7 +140,7 @@ impl QosProbes {
                 return Err(ProbeError::Pin(PinError::NoSuchProcess(pid)));
             }
         }
-        let now = crate::latency::monotonic_ns();
+        let now = crate::time::monotonic_ns();
         let actions = self.slots.set_pins(pids, now)?;
         self.apply(ebpf, actions)
     }

@@ -4,6 +4,7 @@
 //! RSS of every process, the pinned processes' QoS and ebee-top's own cost.
 
 mod cost;
+pub mod mem;
 mod qos;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,8 +15,8 @@ use ebee_shared::lifecycle::{EVENT_EXEC, EVENT_EXIT};
 use super::Source;
 use crate::batch::{Batch, CpuRow, Dropped, Exit, MEM_TOP_ROWS, MemStats};
 use crate::os::procinfo::{ProcCache, comm_str};
-use crate::probes::mem::MemTable;
 use crate::probes::{CpuCharge, ProbeConfig, Probes};
+use mem::MemTable;
 
 /// The kernel, drained every `interval`.
 pub struct Live {
@@ -47,7 +48,7 @@ impl Live {
         let mut mem = MemTable::new(probes.page_size());
         let mut mem_exact = cfg.shadow.then(|| MemTable::new(probes.page_size()));
         if probes.mem_available() {
-            let seed = crate::probes::mem::proc_rss(probes.page_size());
+            let seed = crate::os::rss::proc_rss(probes.page_size());
             if let Some(e) = mem_exact.as_mut() {
                 e.seed(seed.iter().copied());
             }

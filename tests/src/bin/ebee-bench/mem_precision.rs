@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ebee_shared::mem::{MemSlot, MemTrace};
-use ebee_top::probes::mem::{MemChange, MemReading, MemTable, merge_slots};
+use ebee_top::probes::mem::{MemReading, merge_slots};
 use ebee_top::probes::{ProbeConfig, Probes};
+use ebee_top::source::live::mem::{MemChange, MemTable};
 use serde_json::json;
 
 use crate::common::{Ticker, ns_per_run};
@@ -75,7 +76,7 @@ pub fn mem_precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_j
     );
     p.drain()?;
     // Every table starts from the same /proc walk, as `Live` does.
-    let seed = ebee_top::probes::mem::proc_rss(page);
+    let seed = ebee_top::os::rss::proc_rss(page);
     let fresh = || {
         let mut t = MemTable::new(page);
         t.seed(seed.iter().copied());

@@ -1,7 +1,7 @@
 //! Checks made before anything is loaded or the terminal is touched, so a missing privilege or
 //! kernel feature gets one actionable line instead of a loader error.
 
-use crate::probes::ProbeError;
+use super::ProbeError;
 
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
