@@ -195,13 +195,6 @@ pub fn cpu_flip(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// An empty `sched_switch` program, attached only by `cargo xtask bench switch` to measure
-/// the floor any sched_switch program pays (the trampoline and BPF statistics).
-#[btf_tracepoint(function = "sched_switch")]
-pub fn floor_switch(_ctx: BtfTracePointContext) -> i32 {
-    0
-}
-
 /// Closes the interval being written: run by userspace with BPF_PROG_TEST_RUN, never attached.
 /// It flips the parity and stamps the flip time in one atomic exchange.
 #[raw_tracepoint(tracepoint = "ebee_flip")]

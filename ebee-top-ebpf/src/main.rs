@@ -7,6 +7,7 @@
 #![feature(asm_experimental_arch)]
 
 mod atomic;
+mod bench;
 mod cpu;
 mod lifecycle;
 mod maps;

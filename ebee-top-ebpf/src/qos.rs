@@ -550,16 +550,3 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
         (*pin).req_hist.buckets[b] += 1;
     }
 }
-
-/// An empty `sys_enter` program, attached only by the overhead benchmark to measure the floor
-/// of any enter/exit design on this machine.
-#[btf_tracepoint(function = "sys_enter")]
-pub fn floor_enter(_ctx: BtfTracePointContext) -> i32 {
-    0
-}
-
-/// An empty `sys_exit` program (see `floor_enter`).
-#[btf_tracepoint(function = "sys_exit")]
-pub fn floor_exit(_ctx: BtfTracePointContext) -> i32 {
-    0
-}
