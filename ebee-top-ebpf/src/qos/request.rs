@@ -1,221 +1,37 @@
-//! The QoS pipeline: `sys_enter` and `sys_exit` (tp_btf, one program per hook) follow the
-//! syscalls of pinned processes only. Userspace attaches them when the first process is pinned
-//! and detaches them when the last pin goes, so with nothing pinned no syscall pays anything.
-//!
-//! Every other process pays the pin check. At `sys_enter`: one helper call for the tgid and
-//! one bit of a bitmap indexed by tgid (an inlined array lookup); only a set bit goes on to
-//! the pin table (eight compares in one cache line) for the slot and generation. At
-//! `sys_exit`: one byte chosen by the thread's `pt_regs` address (its kernel stack), set by
-//! the `sys_enter` of pinned threads, and no helper call when it is 0.
+//! The request model of pinned processes, fed by the syscalls `sys_exit` sees. Each descriptor
+//! a pinned process reads or writes is classified once: a server connection (accepted, or its
+//! local port is one a pinned process listens on), another socket, or not a socket. On a
+//! server connection a request runs from the first receive to the send that answers it.
+//! Descriptor state lives in `QOS_FDS` (descriptors below `FD_SLOTS`) and `QOS_CONNS` (the
+//! rest); a close drops it, and an epoch per pin slot voids it all after `close_range` or exec.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
-    macros::btf_tracepoint,
+    helpers::{bpf_get_current_task, bpf_probe_read_kernel},
     programs::BtfTracePointContext,
 };
-use ebee_shared::{
-    ctl,
-    qos::{
-        self, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, FD_SLOTS, MAX_PINS, NR_OTHER, NR_SLOTS,
-        OPEN_SLOTS, PIN_BIT_WORDS, PinStat, ROLE_MASK, ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER,
-        SYS_HISTS, THREAD_SLOTS, nr, pin_entry,
-    },
+use ebee_shared::qos::{
+    self, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, FD_SLOTS, MAX_PINS, PinStat, ROLE_MASK,
+    ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, nr,
 };
 
-use crate::maps::{
-    CTL, QOS_CONNS, QOS_CPU, QOS_FDS, QOS_HIST, QOS_HIST_IDX, QOS_OFFSETS, QOS_OPEN, QOS_PIN,
-    QOS_PIN_BITS, QOS_PIN_STATE, QOS_PINS, QOS_PORTS, QOS_SYS, QOS_THREADS,
-};
-use crate::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add, store_release_x86};
+use crate::atomic_add;
+use crate::maps::{QOS_CONNS, QOS_FDS, QOS_OFFSETS, QOS_PIN_STATE, QOS_PORTS};
 
-/// The pin slot and generation of `tgid`, if it is pinned.
-#[inline(always)]
-fn pinned(tgid: u32) -> Option<(u32, u32)> {
-    // The bitmap first: every syscall of every process comes here, and for all but the
-    // pinned ones one word and one bit settle it. A bit set for a pin being removed only
-    // sends the call on to the table, which is the truth.
-    let w = QOS_PIN_BITS.get_ptr((tgid >> 6) & (PIN_BIT_WORDS - 1))?;
-    // SAFETY: a valid array value; userspace rewrites it while programs run.
-    if unsafe { core::ptr::read_volatile(w) } & (1u64 << (tgid & 63)) == 0 {
-        return None;
-    }
-    let t = QOS_PINS.get_ptr(0)?;
-    let mut i = 0;
-    while i < MAX_PINS {
-        // SAFETY: `t` is the array's one value; `i` is below the array length. A volatile read
-        // of each word: userspace rewrites the table while programs run.
-        let e = unsafe { core::ptr::read_volatile(&raw const (*t).pins[i]) };
-        if e as u32 == tgid {
-            return Some((i as u32, (e >> 32) as u32));
-        }
-        i += 1;
-    }
-    None
-}
-
-/// The open-syscall filter byte of the thread whose `struct pt_regs` is at `regs`.
-#[inline(always)]
-fn open_byte(regs: u64) -> Option<*mut u8> {
-    let t = QOS_OPEN.get_ptr_mut(0)?;
-    // The verifier forbids shifts and masks on a pointer but, for a privileged program, turns
-    // the difference of two pointers into a plain number: `regs` minus the (fixed) address
-    // of this map value names the stack just as well. The subtraction is written out so the
-    // compiler cannot fold it into the shifts.
-    let mut d = regs;
-    // SAFETY: register arithmetic only.
-    unsafe {
-        core::arch::asm!(
-            "{d} -= {t}",
-            d = inout(reg) d,
-            t = in(reg) t as u64,
-            options(pure, nomem, nostack),
-        )
-    };
-    // SAFETY: `t` is the array's one value; the index is masked below OPEN_SLOTS.
-    Some(unsafe {
-        (&raw mut (*t).b)
-            .cast::<u8>()
-            .add(qos::open_slot(d) & (OPEN_SLOTS - 1))
-    })
-}
-
-/// The pin table entry of `slot`, read again.
-#[inline(always)]
-fn pinned_at(slot: u32) -> Option<u64> {
-    let t = QOS_PINS.get_ptr(0)?;
-    // SAFETY: `t` is the array's one value; the index is masked below MAX_PINS.
-    Some(unsafe { core::ptr::read_volatile(&raw const (*t).pins[slot as usize & (MAX_PINS - 1)]) })
-}
-
-#[btf_tracepoint(function = "sys_enter")]
-pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let Some((_, gen_)) = pinned((pid_tgid >> 32) as u32) else {
-        return 0;
-    };
-    let tid = pid_tgid as u32;
-    let id: i64 = ctx.arg(1);
-    let regs: u64 = ctx.arg(0);
-    if let Some(o) = open_byte(regs) {
-        // SAFETY: a valid array value. Written once per stack, so the line stays shared.
-        unsafe {
-            if core::ptr::read_volatile(o) == 0 {
-                core::ptr::write_volatile(o, 1);
-            }
-        }
-    }
-    let Some(ts) = QOS_THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1)) else {
-        return 0;
-    };
-    // exit and exit_group never return: leave no open syscall behind for a later thread that
-    // gets the same slot.
-    let tag = if id < 0 || id as u32 == nr::EXIT || id as u32 == nr::EXIT_GROUP {
-        0
-    } else {
-        qos::thread_tag(gen_, id as u32)
-    };
-    // SAFETY: a valid array value; only this thread's syscalls write its slot (a thread
-    // sharing the slot overwrites it, which the exit side detects by `tid`).
-    unsafe {
-        (*ts).start_ns = crate::now_ns();
-        (*ts).tid = tid;
-        (*ts).tag = tag;
-    }
-    0
-}
-
-#[btf_tracepoint(function = "sys_exit")]
-pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
-    // A thread whose stack never had a pinned syscall returns here, before any helper call:
-    // the sys_enter of every pinned syscall set this byte (the same thread has the same
-    // `regs` at both ends). A syscall begun before the pin is not seen at all.
-    let regs: u64 = ctx.arg(0);
-    match open_byte(regs) {
-        // SAFETY: a valid array value.
-        Some(o) if unsafe { core::ptr::read_volatile(o) } != 0 => {}
-        _ => return 0,
-    }
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tgid = (pid_tgid >> 32) as u32;
-    let Some((slot, gen_)) = pinned(tgid) else {
-        return 0;
-    };
-    let Some(cpu) = QOS_CPU.get_ptr_mut(0) else {
-        return 0;
-    };
-    // Mark this CPU busy before reading the epoch (a full barrier), as the CPU pipeline does:
-    // userspace waits for the mark to clear before it reads the interval it just closed.
-    // SAFETY: this CPU's value of a per-CPU array; the program does not nest on one CPU.
-    let seq = unsafe { atomic_fetch_add(&raw mut (*cpu).seq, 1) };
-    // Check the pin again now that this CPU is marked: userspace clears a slot's data only
-    // after removing the pin and waiting for every marked CPU, so a run that passed the first
-    // check just before the removal must not write into the slot's next owner.
-    if pinned_at(slot) == Some(pin_entry(tgid, gen_)) {
-        // SAFETY: called by the kernel with the sys_exit arguments (regs, ret).
-        unsafe { exit_body(&ctx, pid_tgid, tgid, slot, gen_) };
-    }
-    // Clear the mark. Only this CPU writes it (the kernel does not run a program again on a
-    // CPU where it is running), so a plain store after the body's writes suffices on x86-64,
-    // whose stores are seen in order: no second locked instruction. (QoS is x86-64 only:
-    // userspace refuses to pin on other architectures.)
-    // SAFETY: as above.
-    unsafe { store_release_x86(&raw mut (*cpu).seq, seq.wrapping_add(2)) };
-    0
-}
-
+/// Pinned syscall `nr` of process `tgid` (pin slot `slot`, generation `gen_`) returned at
+/// `now`: what it means to the request model, counted in `pin`.
+///
 /// # Safety
 /// `ctx` must be the sys_exit tp_btf context.
 #[inline(always)]
-unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: u32, gen_: u32) {
-    let now = crate::now_ns();
-    let Some(c) = CTL.get_ptr(0) else { return };
-    // SAFETY: a valid map value; the epoch word is read with one 8-byte load.
-    let epoch = unsafe { core::ptr::read_volatile(&raw const (*c).epoch) };
-    let parity = ctl::parity(epoch);
-    let base = parity * MAX_PINS as u32 + slot;
-    let Some(pin) = QOS_PIN.get_ptr_mut(base) else {
-        return;
-    };
-    let tid = pid_tgid as u32;
-    let Some(ts) = QOS_THREADS.get_ptr_mut(tid & (THREAD_SLOTS - 1)) else {
-        return;
-    };
-    // SAFETY: a valid array value (see sys_enter).
-    let (start, stid, tag) = unsafe { ((*ts).start_ns, (*ts).tid, (*ts).tag) };
-    if stid != tid || tag == 0 || qos::tag_gen(tag) != gen_ & 0xffff || start > now {
-        // SAFETY: this CPU's copy of a per-CPU array value: plain adds.
-        unsafe { (*pin).unmatched += 1 };
-        return;
-    }
-    // SAFETY: as above; the syscall is closed.
-    unsafe { (*ts).tag = 0 };
-    let nr = qos::tag_nr(tag);
-    let lat = now - start;
-    let nrs = if (nr as usize) < NR_SLOTS {
-        nr as usize
-    } else {
-        NR_OTHER
-    } & (NR_SLOTS - 1);
-    if let Some(t) = QOS_SYS.get_ptr_mut(base) {
-        // SAFETY: this CPU's copy of a per-CPU array value (no other CPU writes it and the
-        // program does not nest on one CPU, so plain adds: no locked instruction); `nrs` is
-        // below NR_SLOTS.
-        unsafe {
-            let s = &raw mut (*t).nr[nrs];
-            (*s).count += 1;
-            (*s).total_ns += lat;
-            if lat > (*s).max_ns {
-                (*s).max_ns = lat;
-            }
-        }
-    }
-    let h = hist_of(slot, nrs, pin);
-    if let Some(t) = QOS_HIST.get_ptr_mut(base) {
-        let b = qos::bucket(lat);
-        // SAFETY: a valid array value; `h` is below SYS_HISTS and `b` below BUCKETS by
-        // construction.
-        unsafe { atomic_add32(&raw mut (*t).h[h].buckets[b], 1) };
-    }
+pub(super) unsafe fn on_exit(
+    ctx: &BtfTracePointContext,
+    nr: u32,
+    tgid: u32,
+    slot: u32,
+    gen_: u32,
+    now: u64,
+    pin: *mut PinStat,
+) {
     // SAFETY: a valid static; volatile only stops the compiler from folding the default in.
     if unsafe { core::ptr::read_volatile(&raw const QOS_OFFSETS.valid) } == 0 {
         return;
@@ -266,36 +82,6 @@ unsafe fn exit_body(ctx: &BtfTracePointContext, pid_tgid: u64, tgid: u32, slot: 
         }
         _ => {}
     }
-}
-
-/// The histogram of syscall `nrs` of pin slot `slot`, handed out on first use.
-#[inline(always)]
-fn hist_of(slot: u32, nrs: usize, pin: *mut PinStat) -> usize {
-    let Some(t) = QOS_HIST_IDX.get_ptr_mut(slot) else {
-        return 0;
-    };
-    // SAFETY: a valid array value; `nrs` is below NR_SLOTS.
-    let idx = unsafe { &raw mut (*t).idx[nrs & (NR_SLOTS - 1)] };
-    // SAFETY: as above.
-    let h = unsafe { core::ptr::read_volatile(idx) };
-    if h != 0 {
-        return h as usize & (SYS_HISTS - 1);
-    }
-    let Some(st) = QOS_PIN_STATE.get_ptr_mut(slot) else {
-        return 0;
-    };
-    // SAFETY: a valid array value; the counter only grows until userspace resets the slot.
-    let n = unsafe { atomic_fetch_add(&raw mut (*st).next_hist, 1) } + 1;
-    if n >= SYS_HISTS as u64 {
-        // SAFETY: this CPU's copy of a per-CPU array value.
-        unsafe { (*pin).hist_full += 1 };
-        return 0;
-    }
-    // Another CPU may have handed one out for the same syscall meanwhile: keep the first.
-    // SAFETY: a valid array value; `idx` is 8-byte aligned.
-    let old = unsafe { atomic_cmpxchg(idx, 0, n) };
-    let h = if old == 0 { n } else { old };
-    h as usize & (SYS_HISTS - 1)
 }
 
 /// First argument of the syscall (the file descriptor of every call the model follows).
