@@ -14,8 +14,8 @@ use ebee_shared::qos::{
     ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, nr,
 };
 
-use crate::atomic_add;
 use crate::maps::{QOS_CONNS, QOS_FDS, QOS_OFFSETS, QOS_PIN_STATE, QOS_PORTS};
+use crate::{atomic_add, present};
 
 /// Pinned syscall `nr` of process `tgid` (pin slot `slot`, generation `gen_`) returned at
 /// `now`: what it means to the request model, counted in `pin`.
@@ -31,56 +31,58 @@ pub(super) unsafe fn on_exit(
     gen_: u32,
     now: u64,
     pin: *mut PinStat,
-) {
+) -> Result<(), i64> {
+    // Without the kernel's struct offsets (not found in its BTF) there is no request model.
     // SAFETY: a valid static; volatile only stops the compiler from folding the default in.
     if unsafe { core::ptr::read_volatile(&raw const QOS_OFFSETS.valid) } == 0 {
-        return;
+        return Ok(());
     }
     let ret: i64 = ctx.arg(1);
     match nr {
         nr::READ | nr::READV | nr::RECVFROM | nr::RECVMSG | nr::RECVMMSG if ret > 0 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            request_io(tgid, fd, slot, gen_, false, now, pin);
+            request_io(tgid, fd, slot, gen_, false, now, pin)
         }
         nr::WRITE | nr::WRITEV | nr::SENDTO | nr::SENDMSG | nr::SENDMMSG | nr::SENDFILE
             if ret > 0 =>
         {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            request_io(tgid, fd, slot, gen_, true, now, pin);
+            request_io(tgid, fd, slot, gen_, true, now, pin)
         }
         nr::ACCEPT | nr::ACCEPT4 if ret >= 0 => {
-            new_conn(tgid, ret as u32, slot, gen_, ROLE_SERVER, pin);
+            // Counted first: the accept happened, whatever becomes of its descriptor's state.
             // SAFETY: this CPU's copy of a per-CPU array value.
             unsafe { (*pin).accepts += 1 };
+            new_conn(tgid, ret as u32, slot, gen_, ROLE_SERVER, pin)
         }
         // 0, or -EINPROGRESS for a non-blocking connect.
         nr::CONNECT if ret == 0 || ret == -115 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            new_conn(tgid, fd, slot, gen_, ROLE_OTHER, pin);
+            new_conn(tgid, fd, slot, gen_, ROLE_OTHER, pin)
         }
         nr::LISTEN if ret == 0 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            mark_listen(fd);
+            mark_listen(fd)
         }
         // Linux frees the descriptor even when close fails, except for -EBADF.
         nr::CLOSE if ret != -9 => {
             // SAFETY: sys_exit context.
             let fd = unsafe { arg0(ctx) } as u32;
-            conn_drop(tgid, slot, fd);
+            conn_drop(tgid, slot, fd)
         }
         // The new descriptor replaced whatever that number held.
         nr::DUP2 | nr::DUP3 if ret >= 0 => conn_drop(tgid, slot, ret as u32),
         nr::CLOSE_RANGE | nr::EXECVE | nr::EXECVEAT if ret == 0 => {
-            if let Some(st) = QOS_PIN_STATE.get_ptr_mut(slot) {
-                // SAFETY: a valid array value.
-                unsafe { atomic_add(&raw mut (*st).fd_epoch, 1) };
-            }
+            let st = present(QOS_PIN_STATE.get_ptr_mut(slot))?;
+            // SAFETY: a valid array value.
+            unsafe { atomic_add(&raw mut (*st).fd_epoch, 1) };
+            Ok(())
         }
-        _ => {}
+        _ => Ok(()),
     }
 }
 
@@ -111,45 +113,51 @@ fn conn_key(tgid: u32, fd: u32) -> u64 {
     ((tgid as u64) << 32) | fd as u64
 }
 
+/// The `QOS_FDS` entry of descriptor `fd` (below `FD_SLOTS`) of pin slot `slot`.
+#[inline(always)]
+fn fd_entry(slot: u32, fd: u32) -> Result<*mut Conn, i64> {
+    present(QOS_FDS.get_ptr_mut((slot & (MAX_PINS as u32 - 1)) * FD_SLOTS + fd))
+}
+
 /// The request-model state of descriptor `fd` of the process in pin slot `slot`, if any
 /// (whatever its generation and epoch: the caller checks them). Small descriptors live in the
-/// slot's row of `QOS_FDS`, an inlined array lookup; the rest in the `QOS_CONNS` hash.
+/// slot's row of `QOS_FDS`, an inlined array lookup; the rest in the `QOS_CONNS` hash, where
+/// a miss is normal.
 #[inline(always)]
-fn conn_get(tgid: u32, slot: u32, fd: u32) -> Option<*mut Conn> {
+fn conn_get(tgid: u32, slot: u32, fd: u32) -> Result<Option<*mut Conn>, i64> {
     if fd < FD_SLOTS {
-        QOS_FDS.get_ptr_mut((slot & (MAX_PINS as u32 - 1)) * FD_SLOTS + fd)
+        fd_entry(slot, fd).map(Some)
     } else {
-        QOS_CONNS.get_ptr_mut(conn_key(tgid, fd))
+        Ok(QOS_CONNS.get_ptr_mut(conn_key(tgid, fd)))
     }
 }
 
 /// Store `c` as the state of descriptor `fd`; false when the hash had no room.
 #[inline(always)]
-fn conn_put(tgid: u32, slot: u32, fd: u32, c: Conn) -> bool {
+fn conn_put(tgid: u32, slot: u32, fd: u32, c: Conn) -> Result<bool, i64> {
     if fd < FD_SLOTS {
-        let Some(p) = conn_get(tgid, slot, fd) else {
-            return false;
-        };
+        let p = fd_entry(slot, fd)?;
         // SAFETY: a valid array value; only threads of this process touch its row.
         unsafe { *p = c };
-        true
+        Ok(true)
     } else {
-        QOS_CONNS.insert(conn_key(tgid, fd), c, 0).is_ok()
+        Ok(QOS_CONNS.insert(conn_key(tgid, fd), c, 0).is_ok())
     }
 }
 
 /// Forget descriptor `fd` (closed, or replaced by dup2/dup3).
 #[inline(always)]
-fn conn_drop(tgid: u32, slot: u32, fd: u32) {
+fn conn_drop(tgid: u32, slot: u32, fd: u32) -> Result<(), i64> {
     if fd < FD_SLOTS {
-        if let Some(p) = conn_get(tgid, slot, fd) {
-            // SAFETY: a valid array value; generation 0 is never a pin's, so the state is
-            // ignored until the descriptor is seen again.
-            unsafe { (*p).gen_ = 0 };
-        }
+        let p = fd_entry(slot, fd)?;
+        // SAFETY: a valid array value; generation 0 is never a pin's, so the state is
+        // ignored until the descriptor is seen again.
+        unsafe { (*p).gen_ = 0 };
     } else {
+        // Not there (never seen, or evicted) is fine: there is nothing to forget.
         let _ = QOS_CONNS.remove(conn_key(tgid, fd));
     }
+    Ok(())
 }
 
 /// Read a kernel value of type `T` at `base + off`; None for a null base or a fault.
@@ -183,12 +191,12 @@ fn fd_file(fd: u32) -> u64 {
 
 /// Role of an open file for the request model.
 #[inline(always)]
-fn classify(file: u64) -> u32 {
+fn classify(file: u64) -> Result<u32, i64> {
     let o = qos_offsets();
     let inode: u64 = kread(file, o.file_inode).unwrap_or(0);
     let mode: u16 = kread(inode, o.inode_mode).unwrap_or(0);
     if mode & 0o170000 != 0o140000 {
-        return ROLE_NOT_SOCKET;
+        return Ok(ROLE_NOT_SOCKET);
     }
     let sock: u64 = kread(file, o.file_private).unwrap_or(0);
     let sk: u64 = kread(sock, o.socket_sk).unwrap_or(0);
@@ -196,64 +204,67 @@ fn classify(file: u64) -> u32 {
     // AF_INET, AF_INET6: server side when the local port is one a pinned process listens on.
     if family == 2 || family == 10 {
         let port: u16 = kread(sk, o.sk_num).unwrap_or(0);
-        if let Some(w) = QOS_PORTS.get_ptr((port >> 6) as u32) {
-            // SAFETY: a valid array value.
-            if unsafe { core::ptr::read_volatile(w) } & (1u64 << (port & 63)) != 0 {
-                return ROLE_SERVER;
-            }
+        let w = present(QOS_PORTS.get_ptr((port >> 6) as u32))?;
+        // SAFETY: a valid array value.
+        if unsafe { core::ptr::read_volatile(w) } & (1u64 << (port & 63)) != 0 {
+            return Ok(ROLE_SERVER);
         }
     }
-    ROLE_OTHER
+    Ok(ROLE_OTHER)
 }
 
 /// Remember the local port of a socket that started listening.
 #[inline(always)]
-fn mark_listen(fd: u32) {
+fn mark_listen(fd: u32) -> Result<(), i64> {
     let o = qos_offsets();
     let file = fd_file(fd);
     let sock: u64 = kread(file, o.file_private).unwrap_or(0);
     let sk: u64 = kread(sock, o.socket_sk).unwrap_or(0);
     let port: u16 = kread(sk, o.sk_num).unwrap_or(0);
     if port == 0 {
-        return;
+        return Ok(());
     }
-    if let Some(w) = QOS_PORTS.get_ptr_mut((port >> 6) as u32) {
-        // SAFETY: a valid array value. A plain read-modify-write: two listen() calls racing
-        // on ports of the same word may lose one bit until userspace's next refresh.
-        unsafe { *w |= 1u64 << (port & 63) };
-    }
+    let w = present(QOS_PORTS.get_ptr_mut((port >> 6) as u32))?;
+    // SAFETY: a valid array value. A plain read-modify-write: two listen() calls racing on
+    // ports of the same word may lose one bit until userspace's next refresh.
+    unsafe { *w |= 1u64 << (port & 63) };
+    Ok(())
 }
 
 /// Start following a descriptor with a known role (accept, connect).
 #[inline(always)]
-fn new_conn(tgid: u32, fd: u32, slot: u32, gen_: u32, role: u32, pin: *mut PinStat) {
+fn new_conn(
+    tgid: u32,
+    fd: u32,
+    slot: u32,
+    gen_: u32,
+    role: u32,
+    pin: *mut PinStat,
+) -> Result<(), i64> {
     let file = fd_file(fd);
     if file == 0 {
-        return;
+        return Ok(());
     }
     let c = Conn {
         file,
         start_ns: 0,
         gen_,
-        flags: role | epoch_bits(slot),
+        flags: role | epoch_bits(slot)?,
     };
-    if !conn_put(tgid, slot, fd, c) {
+    if !conn_put(tgid, slot, fd, c)? {
         // SAFETY: this CPU's copy of a per-CPU array value.
         unsafe { (*pin).conn_full += 1 };
     }
+    Ok(())
 }
 
 /// The descriptor epoch of pin slot `slot`, placed where [`Conn::flags`] keeps it.
 #[inline(always)]
-fn epoch_bits(slot: u32) -> u32 {
-    match QOS_PIN_STATE.get_ptr(slot) {
-        // SAFETY: a valid array value; a torn read only costs one extra table walk.
-        Some(st) => {
-            (unsafe { core::ptr::read_volatile(&raw const (*st).fd_epoch) } as u32)
-                << CONN_EPOCH_SHIFT
-        }
-        None => 0,
-    }
+fn epoch_bits(slot: u32) -> Result<u32, i64> {
+    let st = present(QOS_PIN_STATE.get_ptr(slot))?;
+    // SAFETY: a valid array value; a torn read only costs one extra table walk.
+    let e = unsafe { core::ptr::read_volatile(&raw const (*st).fd_epoch) } as u32;
+    Ok(e << CONN_EPOCH_SHIFT)
 }
 
 /// A receive (`send == false`) or send that moved data on `fd`: the request model.
@@ -263,9 +274,17 @@ fn epoch_bits(slot: u32) -> u32 {
 /// one by one. Only a descriptor seen for the first time (or after such a close) pays for the
 /// walk and the socket classification.
 #[inline(always)]
-fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pin: *mut PinStat) {
-    let epoch = epoch_bits(slot);
-    let c = match conn_get(tgid, slot, fd) {
+fn request_io(
+    tgid: u32,
+    fd: u32,
+    slot: u32,
+    gen_: u32,
+    send: bool,
+    now: u64,
+    pin: *mut PinStat,
+) -> Result<(), i64> {
+    let epoch = epoch_bits(slot)?;
+    let c = match conn_get(tgid, slot, fd)? {
         // SAFETY: a valid map value; only threads of this process touch its keys.
         Some(c)
             if unsafe {
@@ -277,23 +296,24 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
         _ => {
             let file = fd_file(fd);
             if file == 0 {
-                return;
+                return Ok(());
             }
             // First sight of this descriptor (or of what it holds since a close).
             let fresh = Conn {
                 file,
                 start_ns: 0,
                 gen_,
-                flags: classify(file) | epoch,
+                flags: classify(file)? | epoch,
             };
-            if !conn_put(tgid, slot, fd, fresh) {
+            if !conn_put(tgid, slot, fd, fresh)? {
                 // SAFETY: this CPU's copy of a per-CPU array value.
                 unsafe { (*pin).conn_full += 1 };
-                return;
+                return Ok(());
             }
-            match conn_get(tgid, slot, fd) {
+            // Another CPU's insert may have evicted it from the LRU hash already.
+            match conn_get(tgid, slot, fd)? {
                 Some(c) => c,
-                None => return,
+                None => return Ok(()),
             }
         }
     };
@@ -304,9 +324,9 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
         ROLE_OTHER => {
             // SAFETY: this CPU's copy of a per-CPU array value.
             unsafe { (*pin).other_sock_io += 1 };
-            return;
+            return Ok(());
         }
-        _ => return,
+        _ => return Ok(()),
     }
     if !send {
         // SAFETY: this CPU's copy of a per-CPU array value.
@@ -315,12 +335,12 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
             c.start_ns = now;
             c.flags |= CONN_IN_REQUEST;
         }
-        return;
+        return Ok(());
     }
     if c.flags & CONN_IN_REQUEST == 0 {
         // SAFETY: this CPU's copy of a per-CPU array value.
         unsafe { (*pin).sends_idle += 1 };
-        return;
+        return Ok(());
     }
     c.flags &= !CONN_IN_REQUEST;
     let lat = now.saturating_sub(c.start_ns);
@@ -335,4 +355,5 @@ fn request_io(tgid: u32, fd: u32, slot: u32, gen_: u32, send: bool, now: u64, pi
         }
         (*pin).req_hist.buckets[b] += 1;
     }
+    Ok(())
 }
