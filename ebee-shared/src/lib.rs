@@ -82,8 +82,12 @@ pub mod drops {
     pub const LIFECYCLE_LOST: u32 = 0;
     /// Trace records lost to a full ring buffer.
     pub const TRACE_LOST: u32 = 1;
+    /// Runs of an eBPF program cut short by a failure: its `try_*` body returned `Err`, which
+    /// today means a map lookup that cannot fail (an array at a fixed or masked index, checked
+    /// only because the verifier demands it) did. Should stay 0; anything else is a bug.
+    pub const PROG_ERRORS: u32 = 2;
     /// Number of counters.
-    pub const LEN: u32 = 2;
+    pub const LEN: u32 = 3;
 }
 
 /// Names of the programs in the eBPF object.

@@ -15,11 +15,11 @@ use ebee_shared::{
     ctl,
 };
 
-use crate::atomic_fetch_add;
 use crate::maps::{
     CPU_SHADOW0, CPU_SHADOW1, CPU_SKETCH, CPU_STATE, CPU_TRACE, CTL, SHADOW_ON,
     TASK_EXEC_START_OFF, TASK_TGID_OFF, TRACE_ON, count_drop, global,
 };
+use crate::{atomic_fetch_add, present};
 
 /// The hot path: runs at every context switch on the machine, so it does the least it can.
 /// No atomics and no clock read: "now" is the scheduler's own task clock, which it has just
@@ -28,20 +28,15 @@ use crate::maps::{
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: called by the kernel with the sched_switch arguments.
-    unsafe { try_sched_switch(&ctx) };
-    0
+    crate::exit_code(unsafe { try_sched_switch(&ctx) })
 }
 
 /// # Safety
 /// `ctx` must be a sched_switch tp_btf context: (preempt, prev, next, prev_state).
 #[inline(always)]
-unsafe fn try_sched_switch(ctx: &BtfTracePointContext) {
-    let Some(st) = CPU_STATE.get_ptr_mut(0) else {
-        return;
-    };
-    let Some(c) = CTL.get_ptr(0) else {
-        return;
-    };
+unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
+    let st = present(CPU_STATE.get_ptr_mut(0))?;
+    let c = present(CTL.get_ptr(0))?;
     // SAFETY: this CPU's value of a per-CPU array. The scheduler calls this program with
     // interrupts off, and `cpu_flip` (the only other writer) runs on this CPU in an IPI or with
     // preemption off, so nothing else touches it while we run.
@@ -69,7 +64,7 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) {
     let start = s.last_ts;
     s.last_ts = now;
     if prev_tgid != 0 && start != 0 && now > start {
-        charge(s, prev_tgid, start, now);
+        charge_or_count(s, prev_tgid, start, now);
     }
     if epoch != s.epoch {
         // The first switch on this CPU since the flip: the slice just charged ends this CPU's
@@ -92,11 +87,28 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) {
         // SAFETY: this CPU's value, as above.
         unsafe { core::ptr::write_volatile(&raw mut s.epoch, epoch) };
     }
+    Ok(0)
+}
+
+/// [`charge`], counting a failure in `DROPS[PROG_ERRORS]` without ending the run: the
+/// interval bookkeeping after a charge must run whatever became of the slice, as it always
+/// did. The one failure that does not end its run (and, measured, a `?` here also made the
+/// common switch paths longer).
+#[inline(always)]
+fn charge_or_count(s: &CpuState, tgid: u32, start: u64, end: u64) {
+    if charge(s, tgid, start, end).is_err() {
+        #[allow(
+            clippy::incompatible_msrv,
+            reason = "the eBPF crate builds with nightly only"
+        )]
+        core::hint::cold_path();
+        count_drop(ebee_shared::drops::PROG_ERRORS);
+    }
 }
 
 /// Charge the slice `[start, end)` of process `tgid` to the interval `s` is writing.
 #[inline(always)]
-fn charge(s: &CpuState, tgid: u32, start: u64, end: u64) {
+fn charge(s: &CpuState, tgid: u32, start: u64, end: u64) -> Result<(), i64> {
     let slot = CpuSlot {
         tgid,
         flags: 0,
@@ -107,9 +119,7 @@ fn charge(s: &CpuState, tgid: u32, start: u64, end: u64) {
         ),
     };
     let parity = ctl::parity(s.epoch);
-    let Some(sk) = CPU_SKETCH.get_ptr_mut(parity & 1) else {
-        return;
-    };
+    let sk = present(CPU_SKETCH.get_ptr_mut(parity & 1))?;
     // SAFETY: this CPU's value of a per-CPU array; only this CPU writes it while the interval
     // is open, and userspace reads it only after every CPU's `cpu_flip` has returned.
     let sk = unsafe { &mut *sk };
@@ -142,6 +152,7 @@ fn charge(s: &CpuState, tgid: u32, start: u64, end: u64) {
             count_drop(ebee_shared::drops::TRACE_LOST);
         }
     }
+    Ok(())
 }
 
 /// The fallback that closes a CPU's interval when no switch did it in time (a CPU ebee-top
@@ -158,14 +169,17 @@ fn charge(s: &CpuState, tgid: u32, start: u64, end: u64) {
 /// CPU writes only the new interval.
 #[raw_tracepoint(tracepoint = "ebee_cpu_flip")]
 pub fn cpu_flip(ctx: RawTracePointContext) -> i32 {
-    let Some(st) = CPU_STATE.get_ptr_mut(0) else {
-        return 1;
-    };
+    crate::exit_code(try_cpu_flip(&ctx))
+}
+
+#[inline(always)]
+fn try_cpu_flip(ctx: &RawTracePointContext) -> Result<u32, i64> {
+    let st = present(CPU_STATE.get_ptr_mut(0))?;
     // SAFETY: this CPU's value; see `try_sched_switch` for why nothing else writes it now.
     let s = unsafe { &mut *st };
     let epoch = ctx.arg::<u64>(0);
     if s.epoch == epoch {
-        return 0;
+        return Ok(0);
     }
     // SAFETY: plain helper calls.
     let (cur, task) = unsafe {
@@ -180,7 +194,7 @@ pub fn cpu_flip(ctx: RawTracePointContext) -> i32 {
         if let Ok(upto) = unsafe { bpf_probe_read_kernel(at as *const u64) } {
             let start = s.last_ts;
             if start != 0 && upto > start {
-                charge(s, cur, start, upto);
+                charge_or_count(s, cur, start, upto);
                 s.last_ts = upto;
             }
         }
@@ -192,23 +206,19 @@ pub fn cpu_flip(ctx: RawTracePointContext) -> i32 {
     };
     s.flip_ts = s.last_ts;
     s.epoch = epoch;
-    0
-}
-
-/// An empty `sched_switch` program, attached only by `cargo xtask bench switch` to measure
-/// the floor any sched_switch program pays (the trampoline and BPF statistics).
-#[btf_tracepoint(function = "sched_switch")]
-pub fn floor_switch(_ctx: BtfTracePointContext) -> i32 {
-    0
+    Ok(0)
 }
 
 /// Closes the interval being written: run by userspace with BPF_PROG_TEST_RUN, never attached.
 /// It flips the parity and stamps the flip time in one atomic exchange.
 #[raw_tracepoint(tracepoint = "ebee_flip")]
 pub fn flip(_ctx: RawTracePointContext) -> i32 {
-    let Some(c) = CTL.get_ptr_mut(0) else {
-        return 1;
-    };
+    crate::exit_code(try_flip())
+}
+
+#[inline(always)]
+fn try_flip() -> Result<u32, i64> {
+    let c = present(CTL.get_ptr_mut(0))?;
     // SAFETY: a valid array value; this program is the only writer of `epoch`.
     let old = unsafe { core::ptr::read_volatile(&raw const (*c).epoch) };
     let now = crate::now_ns();
@@ -217,5 +227,5 @@ pub fn flip(_ctx: RawTracePointContext) -> i32 {
     // replaces the word in one 8-byte operation (and is a full barrier).
     // SAFETY: as above; an aligned u64 inside the map value.
     unsafe { atomic_fetch_add(&raw mut (*c).epoch, new.wrapping_sub(old)) };
-    0
+    Ok(0)
 }

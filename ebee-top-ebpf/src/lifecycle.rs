@@ -12,6 +12,12 @@ use crate::maps::{EXIT_HAS_GROUP_DEAD, LIFECYCLE, count_drop, global};
 
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    crate::exit_code(try_sched_process_exit(&ctx))
+}
+
+/// Nothing here can fail: a full ring buffer is a loss, counted as one.
+#[inline(always)]
+fn try_sched_process_exit(ctx: &BtfTracePointContext) -> Result<u32, i64> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, pid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     let last = if global(&EXIT_HAS_GROUP_DEAD) != 0 {
@@ -25,14 +31,20 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     if last {
         emit(EVENT_EXIT, tgid, pid);
     }
-    0
+    Ok(0)
 }
 
 #[btf_tracepoint(function = "sched_process_exec")]
 pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
+    crate::exit_code(try_sched_process_exec())
+}
+
+/// As [`try_sched_process_exit`].
+#[inline(always)]
+fn try_sched_process_exec() -> Result<u32, i64> {
     let pid_tgid = bpf_get_current_pid_tgid();
     emit(EVENT_EXEC, (pid_tgid >> 32) as u32, pid_tgid as u32);
-    0
+    Ok(0)
 }
 
 #[inline(always)]

@@ -36,7 +36,8 @@ pub static CPU_SHADOW1: PerCpuHashMap<u32, u64> =
 pub static CPU_TRACE: RingBuf = RingBuf::with_byte_size(TRACE_BYTES, 0);
 
 /// Events the kernel could not deliver, per CPU: index [`ebee_shared::drops::LIFECYCLE_LOST`]
-/// and [`ebee_shared::drops::TRACE_LOST`].
+/// and [`ebee_shared::drops::TRACE_LOST`]; and failed program runs,
+/// [`ebee_shared::drops::PROG_ERRORS`] (see [`crate::exit_code`]).
 #[map]
 pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ebee_shared::drops::LEN, 0);
 

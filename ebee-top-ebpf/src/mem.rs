@@ -18,19 +18,16 @@ use ebee_shared::{
     mem::{MemCpu, MemOffsets, MemShadow, MemSlot, MemTrace},
 };
 
-use crate::atomic_fetch_add;
 use crate::maps::{
     CTL, MEM_CPU, MEM_OFFSETS, MEM_SHADOW0, MEM_SHADOW1, MEM_SKETCH, MEM_TRACE, SHADOW_ON,
     TASK_TGID_OFF, TRACE_ON, count_drop, global,
 };
+use crate::{atomic_fetch_add, present};
 
 #[btf_tracepoint(function = "rss_stat")]
 pub fn rss_stat(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: called by the kernel with the rss_stat arguments.
-    match unsafe { try_rss_stat(&ctx) } {
-        Ok(()) => 0,
-        Err(()) => 0,
-    }
+    crate::exit_code(unsafe { try_rss_stat(&ctx) })
 }
 
 #[inline(always)]
@@ -56,34 +53,35 @@ unsafe fn counter(mm: *const u8, o: &MemOffsets, member: u32) -> u64 {
 /// # Safety
 /// `ctx` must be a rss_stat tp_btf context: (struct mm_struct *mm, int member).
 #[inline(always)]
-unsafe fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<(), ()> {
+unsafe fn try_rss_stat(ctx: &BtfTracePointContext) -> Result<u32, i64> {
     let o = offsets();
     // The second tracepoint argument is an int.
     let member: u64 = ctx.arg(1);
     // Swap entries are not resident memory: their changes cannot move RSS.
     if member as u32 == o.swap {
-        return Ok(());
+        return Ok(0);
     }
-    let st = MEM_CPU.get_ptr_mut(0).ok_or(())?;
+    let st = present(MEM_CPU.get_ptr_mut(0))?;
     // Mark this CPU busy before reading the epoch (a fetch-add is a full barrier): a flip this
     // run does not see is ordered after the mark, and userspace waits for the run to end.
     // SAFETY: this CPU's value of a per-CPU array; the program cannot nest on one CPU.
     unsafe { atomic_fetch_add(&raw mut (*st).seq, 1) };
-    // SAFETY: as above; `record` returns normally on every path, so the closing mark runs.
+    // SAFETY: as above; `record` returns normally on every path (a failure too), so the
+    // closing mark runs.
     let r = unsafe { record(ctx, &o, &mut *st) };
     // SAFETY: as above.
     unsafe {
         (*st).events += 1;
         atomic_fetch_add(&raw mut (*st).seq, 1);
     }
-    r
+    r.map(|()| 0)
 }
 
 /// # Safety
 /// As [`try_rss_stat`]; `st` is this CPU's state.
 #[inline(always)]
-unsafe fn record(ctx: &BtfTracePointContext, o: &MemOffsets, st: &mut MemCpu) -> Result<(), ()> {
-    let c = CTL.get_ptr(0).ok_or(())?;
+unsafe fn record(ctx: &BtfTracePointContext, o: &MemOffsets, st: &mut MemCpu) -> Result<(), i64> {
+    let c = present(CTL.get_ptr(0))?;
     // SAFETY: a valid map value; the epoch word is read with one 8-byte load.
     let epoch = unsafe { core::ptr::read_volatile(&raw const (*c).epoch) };
     let parity = ctl::parity(epoch);
@@ -100,7 +98,7 @@ unsafe fn record(ctx: &BtfTracePointContext, o: &MemOffsets, st: &mut MemCpu) ->
         return Ok(());
     }
 
-    let sk = MEM_SKETCH.get_ptr_mut(parity & 1).ok_or(())?;
+    let sk = present(MEM_SKETCH.get_ptr_mut(parity & 1))?;
     // SAFETY: this CPU's value of a per-CPU array; only this CPU writes it while the interval
     // is open, and userspace reads it only after the flip and the `seq` handshake.
     let sk = unsafe { &mut *sk };
