@@ -83,6 +83,7 @@ pub struct Exit {
 
 /// Counters of what was lost; zero is the normal case. Cumulative counters are per interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Dropped {
     /// On-CPU ns that fell out of the last sketch stage (not attributed to any process).
     pub sketch_evicted_ns: u64,
@@ -94,6 +95,21 @@ pub struct Dropped {
     pub handshake_timeouts: u64,
     /// Updates the exact shadow map could not store (only with `--exact`).
     pub shadow_full: u64,
+    /// eBPF program runs cut short by a map lookup that cannot fail (always 0 unless the
+    /// kernel misbehaves; the run's update is lost).
+    pub prog_errors: u64,
+}
+
+impl Dropped {
+    /// Something was lost in the interval.
+    pub fn any(&self) -> bool {
+        self.sketch_evictions
+            + self.lifecycle_lost
+            + self.handshake_timeouts
+            + self.shadow_full
+            + self.prog_errors
+            > 0
+    }
 }
 
 /// What ebee-top itself cost in the interval.

@@ -33,8 +33,8 @@ fn csv_header(out: &mut impl Write, t: Table) -> std::io::Result<()> {
     let h = match t {
         Table::Intervals => {
             "t_ms,seq,interval_ns,ncpus,switches,processes,exits,sketch_evicted_ns,\
-             sketch_evictions,lifecycle_lost,handshake_timeouts,shadow_full,cost_cpu_ns,\
-             cost_bpf_ns,cost_bpf_runs"
+             sketch_evictions,lifecycle_lost,handshake_timeouts,shadow_full,prog_errors,\
+             cost_cpu_ns,cost_bpf_ns,cost_bpf_runs"
         }
         Table::Cpu => "t_ms,seq,rank,pid,comm,cmdline,uid,kthread,cpu_ns,cpu_pct,exited",
         Table::Exits => "t_ms,seq,pid,comm,ts_ns",
@@ -50,7 +50,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
             let d = &b.dropped;
             writeln!(
                 out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 b.t_ms,
                 b.seq,
                 b.interval_ns(),
@@ -63,6 +63,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
                 d.lifecycle_lost,
                 d.handshake_timeouts,
                 d.shadow_full,
+                d.prog_errors,
                 b.cost.cpu_ns,
                 opt(b.cost.bpf_ns),
                 opt(b.cost.bpf_runs)

@@ -70,6 +70,8 @@ pub struct RawInterval {
     /// Cumulative events lost to full ring buffers since load.
     pub lifecycle_lost: u64,
     pub trace_lost: u64,
+    /// Cumulative program runs cut short by a lookup that cannot fail, since load.
+    pub prog_errors: u64,
     /// Each pinned process's syscall and request data for the interval (QoS).
     pub qos: Vec<super::qos::QosRaw>,
     /// CPUs whose in-flight `sys_exit` run could not be waited for (cumulative).

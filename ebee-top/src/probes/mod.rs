@@ -177,6 +177,7 @@ impl Probes {
             .map_err(classify("reading drop counters"))?;
         raw.lifecycle_lost = lost[drops::LIFECYCLE_LOST as usize];
         raw.trace_lost = lost[drops::TRACE_LOST as usize];
+        raw.prog_errors = lost[drops::PROG_ERRORS as usize];
         Ok(raw)
     }
 

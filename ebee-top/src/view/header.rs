@@ -13,13 +13,7 @@ use crate::view::theme::Theme;
 
 /// Lines the header takes: a third one when something was lost or there is room.
 pub fn height(app: &App, area: Rect) -> u16 {
-    let lost = app.shown().latest().is_some_and(|b| {
-        b.dropped.sketch_evictions
-            + b.dropped.lifecycle_lost
-            + b.dropped.handshake_timeouts
-            + b.dropped.shadow_full
-            > 0
-    });
+    let lost = app.shown().latest().is_some_and(|b| b.dropped.any());
     if lost || area.height >= 40 { 3 } else { 2 }
 }
 
@@ -105,20 +99,23 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     lines.push(Line::from(second.join("  ")));
     if area.height >= 3 {
         let d = &b.dropped;
+        let rare = |n: u64, what: &str| {
+            if n > 0 {
+                format!(", {n} {what}")
+            } else {
+                String::new()
+            }
+        };
         let text = format!(
-            "lost: {} sketch evictions ({:.3} ms), {} lifecycle events, {} handshake timeouts{}",
+            "lost: {} sketch evictions ({:.3} ms), {} lifecycle events, {} handshake timeouts{}{}",
             d.sketch_evictions,
             d.sketch_evicted_ns as f64 / 1e6,
             d.lifecycle_lost,
             d.handshake_timeouts,
-            if d.shadow_full > 0 {
-                format!(", {} shadow full", d.shadow_full)
-            } else {
-                String::new()
-            }
+            rare(d.shadow_full, "shadow full"),
+            rare(d.prog_errors, "program errors"),
         );
-        let lost = d.sketch_evictions + d.lifecycle_lost + d.handshake_timeouts + d.shadow_full;
-        lines.push(if lost > 0 {
+        lines.push(if d.any() {
             Line::styled(text, c.warn())
         } else {
             Line::from(text)

@@ -26,6 +26,7 @@ pub struct Live {
     deadline: Instant,
     seq: u64,
     lifecycle_lost: u64,
+    prog_errors: u64,
     pins: Vec<u32>,
     cost: cost::CostMeter,
     /// Cumulative QoS handshake timeouts at the last drain.
@@ -63,6 +64,7 @@ impl Live {
             deadline: Instant::now() + interval,
             seq: 0,
             lifecycle_lost: 0,
+            prog_errors: 0,
             pins: Vec::new(),
             qos_timeouts: 0,
             cost: cost::CostMeter::start(),
@@ -191,6 +193,7 @@ impl Source for Live {
                 sketch_evicted_ns: raw.evicted_ns,
                 sketch_evictions: raw.evictions,
                 lifecycle_lost: raw.lifecycle_lost - self.lifecycle_lost,
+                prog_errors: raw.prog_errors.saturating_sub(self.prog_errors),
                 handshake_timeouts: raw.handshake_timeouts,
                 shadow_full: raw.shadow_full,
             },
@@ -214,6 +217,7 @@ impl Source for Live {
             },
         };
         self.lifecycle_lost = raw.lifecycle_lost;
+        self.prog_errors = raw.prog_errors;
         self.pins = self.probes.pinned();
         Ok(Some(batch))
     }
