@@ -10,6 +10,7 @@ pub mod hashpipe;
 pub mod lifecycle;
 pub mod mem;
 pub mod qos;
+pub mod wait;
 
 /// aya's `Pod` for the types userspace reads from and writes to maps.
 #[cfg(feature = "user")]
@@ -42,7 +43,13 @@ mod pod {
         crate::qos::PinState,
         crate::qos::QosCpu,
         crate::qos::Conn,
-        crate::qos::Offsets
+        crate::qos::Offsets,
+        crate::wait::WaitSlot,
+        crate::wait::IoSlot,
+        crate::wait::WaitSketch,
+        crate::wait::IoSketch,
+        crate::wait::ThreadSeen,
+        crate::wait::WaitOffsets
     );
 }
 
@@ -74,6 +81,13 @@ pub mod map_names {
     pub const MEM_SHADOW0: &str = "MEM_SHADOW0";
     pub const MEM_SHADOW1: &str = "MEM_SHADOW1";
     pub const MEM_TRACE: &str = "MEM_TRACE";
+    pub const WAIT_SKETCH: &str = "WAIT_SKETCH";
+    pub const IO_SKETCH: &str = "IO_SKETCH";
+    pub const WAIT_THREADS: &str = "WAIT_THREADS";
+    pub const WAIT_SHADOW0: &str = "WAIT_SHADOW0";
+    pub const WAIT_SHADOW1: &str = "WAIT_SHADOW1";
+    pub const IO_SHADOW0: &str = "IO_SHADOW0";
+    pub const IO_SHADOW1: &str = "IO_SHADOW1";
 }
 
 /// Indices of the per-CPU `DROPS` counters.
@@ -123,6 +137,8 @@ pub mod global_names {
     pub const QOS_OFFSETS: &str = "QOS_OFFSETS";
     /// [`crate::mem::MemOffsets`]: `mm_struct` and `task_struct` offsets for `rss_stat`.
     pub const MEM_OFFSETS: &str = "MEM_OFFSETS";
+    /// [`crate::wait::WaitOffsets`]: `task_struct` offsets for waits and disk I/O.
+    pub const WAIT_OFFSETS: &str = "WAIT_OFFSETS";
 }
 
 /// The control block userspace shares with the programs (the one value of the `CTL` array).

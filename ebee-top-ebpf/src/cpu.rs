@@ -66,6 +66,14 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
     if prev_tgid != 0 && start != 0 && now > start {
         charge_or_count(s, prev_tgid, start, now);
     }
+    if prev_tgid != 0 {
+        // Before the interval may close below: the outgoing thread's waits and I/O go to the
+        // interval its on-CPU time went to.
+        // SAFETY: `prev` is the sched_switch prev task.
+        if unsafe { crate::wait::switch_out_of(s, prev, prev_tgid) }.is_err() {
+            count_drop(ebee_shared::drops::PROG_ERRORS);
+        }
+    }
     if epoch != s.epoch {
         // The first switch on this CPU since the flip: the slice just charged ends this CPU's
         // interval; open the next one here. The epoch goes last, after a compiler fence:

@@ -197,3 +197,49 @@ pub static MEM_OFFSETS: ebee_shared::mem::MemOffsets = ebee_shared::mem::MemOffs
     task_mm: 0,
     valid: 0,
 };
+
+// The waits and disk I/O pipeline (wait.rs); sizes in ebee_shared::wait.
+
+/// Per-CPU run-queue wait HashPipe sketches, one per interval parity.
+#[map]
+pub static WAIT_SKETCH: PerCpuArray<ebee_shared::wait::WaitSketch> =
+    PerCpuArray::with_max_entries(2, 0);
+
+/// Per-CPU disk I/O HashPipe sketches, one per interval parity.
+#[map]
+pub static IO_SKETCH: PerCpuArray<ebee_shared::wait::IoSketch> =
+    PerCpuArray::with_max_entries(2, 0);
+
+/// Each thread's counters as last seen at a switch-out, by `tid & (THREAD_SLOTS - 1)`. Not
+/// per-CPU: a thread switches out on one CPU at a time, wherever it ran.
+#[map]
+pub static WAIT_THREADS: Array<ebee_shared::wait::ThreadSeen> =
+    Array::with_max_entries(ebee_shared::wait::THREAD_SLOTS as u32, 0);
+
+/// Exact per-process wait ns and disk bytes, one map per interval parity (ground truth for
+/// tests and the precision benchmark; shrunk to one entry by the loader when not wanted).
+#[map]
+pub static WAIT_SHADOW0: PerCpuHashMap<u32, u64> =
+    PerCpuHashMap::with_max_entries(ebee_shared::wait::SHADOW_ENTRIES, 0);
+#[map]
+pub static WAIT_SHADOW1: PerCpuHashMap<u32, u64> =
+    PerCpuHashMap::with_max_entries(ebee_shared::wait::SHADOW_ENTRIES, 0);
+#[map]
+pub static IO_SHADOW0: PerCpuHashMap<u32, [u64; 2]> =
+    PerCpuHashMap::with_max_entries(ebee_shared::wait::SHADOW_ENTRIES, 0);
+#[map]
+pub static IO_SHADOW1: PerCpuHashMap<u32, [u64; 2]> =
+    PerCpuHashMap::with_max_entries(ebee_shared::wait::SHADOW_ENTRIES, 0);
+
+/// `task_struct` offsets for waits and disk I/O (set by the loader from BTF).
+#[unsafe(no_mangle)]
+pub static WAIT_OFFSETS: ebee_shared::wait::WaitOffsets = ebee_shared::wait::WaitOffsets {
+    pid: 0,
+    flags: 0,
+    run_delay: 0,
+    read_bytes: 0,
+    write_bytes: 0,
+    wait_valid: 0,
+    io_valid: 0,
+    pad: 0,
+};

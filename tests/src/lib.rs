@@ -82,6 +82,30 @@ pub fn schedstat_ns(pid: u32) -> Option<u64> {
     Some(total)
 }
 
+/// Run-queue wait of a whole process: the sum of /proc/PID/task/*/schedstat field 2
+/// (`run_delay`), the counter the waits pipeline charges from.
+pub fn schedstat_wait_ns(pid: u32) -> Option<u64> {
+    let mut total = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let t = t.ok()?;
+        let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        total += s.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+/// `read_bytes` and `write_bytes` of /proc/PID/io: the bytes the process (all its threads,
+/// dead ones included) had the block layer read and write.
+pub fn proc_io(pid: u32) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((field("read_bytes:")?, field("write_bytes:")?))
+}
+
 /// Run ebee-top with arguments; returns (exit code, stdout, stderr).
 pub fn ebee_top(args: &[&str]) -> (i32, String, String) {
     let o = Command::new(bin("ebee-top"))

@@ -5,6 +5,7 @@
 pub mod build;
 pub mod qos;
 pub mod syscalls;
+pub mod wait;
 
 use serde::{Deserialize, Serialize};
 
@@ -161,6 +162,15 @@ pub struct Batch {
     /// The same from the exact shadow (only with `--exact`).
     pub mem_exact: Option<Vec<MemRow>>,
     pub mem_stats: MemStats,
+    /// Run-queue wait of every process the kernel charged, heaviest first.
+    pub wait: Vec<wait::WaitRow>,
+    /// The exact shadow's (only with `--exact`).
+    pub wait_exact: Option<Vec<wait::WaitRow>>,
+    /// Disk I/O of every process the kernel charged, heaviest (read + written) first.
+    pub io: Vec<wait::IoRow>,
+    /// The exact shadow's (only with `--exact`).
+    pub io_exact: Option<Vec<wait::IoRow>>,
+    pub wait_stats: wait::WaitStats,
 }
 
 /// Largest processes every Batch carries in `mem` even when their RSS did not change, so a

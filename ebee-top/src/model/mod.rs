@@ -5,6 +5,7 @@ pub mod mem;
 pub mod procs;
 pub mod qos;
 pub mod rank;
+pub mod wait;
 
 use std::collections::HashMap;
 
@@ -38,6 +39,8 @@ pub struct CpuEntry {
     pub bins: Vec<u64>,
     /// The process ended during or before the last interval.
     pub exited: bool,
+    /// Its threads' run-queue wait in the last interval; None when the kernel gives none.
+    pub wait_ns: Option<u64>,
 }
 
 #[derive(Clone, Default)]
@@ -55,6 +58,8 @@ pub struct Model {
     pub table: procs::ProcTable,
     /// Resident memory per process: last known, rankings by RES and by growth.
     pub mem: mem::MemModel,
+    /// Run-queue waits and disk I/O of the last interval.
+    pub wait: wait::WaitModel,
 }
 
 impl Model {
@@ -93,6 +98,7 @@ impl Model {
         }
         self.last_procs = b.procs.iter().map(|p| p.pid).collect();
         self.qos.ingest(b);
+        self.wait.ingest(b);
         self.table.ingest(b);
         self.latest = Some(b.clone());
     }
@@ -128,6 +134,7 @@ impl Model {
             },
             bins: r.bins.clone(),
             exited: self.exited.contains_key(&r.pid),
+            wait_ns: self.wait.wait_of(r.pid),
         }
     }
 

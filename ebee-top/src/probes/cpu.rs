@@ -78,6 +78,8 @@ pub struct RawInterval {
     pub qos_handshake_timeouts: u64,
     /// The memory pipeline's part of the interval (None when it is not attached).
     pub mem: Option<super::mem::MemRaw>,
+    /// Waits and disk I/O (read once every CPU has moved past the interval).
+    pub waits: super::wait::WaitRaw,
 }
 
 /// Merges charges by process.

@@ -2,9 +2,9 @@
 //! offsets (aya-ebpf has no CO-RE, so the programs get them as load-time globals) and the
 //! tracepoint prototypes that decide what can be attached.
 
-use ebee_shared::{mem::MemOffsets, prog_names, qos::Offsets};
+use ebee_shared::{mem::MemOffsets, prog_names, qos::Offsets, wait::WaitOffsets};
 
-use super::{ProbeError, btf::Btf, mem, qos};
+use super::{ProbeError, btf::Btf, mem, qos, wait};
 
 /// Every offset and layout fact the programs are loaded with.
 #[derive(Clone, Copy, Debug)]
@@ -19,6 +19,8 @@ pub(super) struct KernelLayout {
     pub qos: Offsets,
     /// The memory pipeline's offsets (`valid` 0: it is not attached).
     pub mem: MemOffsets,
+    /// The waits and disk I/O offsets (each half off when its fields are missing).
+    pub wait: WaitOffsets,
 }
 
 impl KernelLayout {
@@ -55,6 +57,7 @@ impl KernelLayout {
             exit_has_group_dead,
             qos: qos::offsets(btf),
             mem,
+            wait: wait::offsets(btf),
         })
     }
 

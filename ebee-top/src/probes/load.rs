@@ -14,7 +14,7 @@ use ebee_shared::{cpu::BinCfg, ctl::Ctl, global_names, map_names, prog_names};
 use super::layout::KernelLayout;
 use super::{
     OBJECT, ProbeConfig, ProbeError, Probes, bench, btf, classify, cpu, flip, lifecycle, mem,
-    page_size, qos, take_map, write_bins,
+    page_size, qos, take_map, wait, write_bins,
 };
 
 impl Probes {
@@ -35,6 +35,7 @@ impl Probes {
         let drops = take_map(&mut ebpf, map_names::DROPS, PerCpuArray::try_from)?;
         let cpu_maps = cpu::CpuMaps::take(&mut ebpf, cfg)?;
         let lifecycle = lifecycle::LifecycleReader::take(&mut ebpf)?;
+        let wait = wait::WaitDrain::new(wait::WaitMaps::take(&mut ebpf, cfg)?, ncpus);
         let mem_maps = if layout.has_mem() {
             Some(mem::MemMaps::take(&mut ebpf, cfg)?)
         } else {
@@ -78,6 +79,8 @@ impl Probes {
             qos,
             floor: bench::SyscallFloor::default(),
             mem,
+            wait,
+            wait_offsets: layout.wait,
             page_size: u64::from(page_size()),
             ncpus,
             bins,
@@ -111,7 +114,8 @@ fn load_object(
             true,
         )
         .override_global(global_names::QOS_OFFSETS, &layout.qos, true)
-        .override_global(global_names::MEM_OFFSETS, &layout.mem, true);
+        .override_global(global_names::MEM_OFFSETS, &layout.mem, true)
+        .override_global(global_names::WAIT_OFFSETS, &layout.wait, true);
     if !cfg.shadow {
         // Unused maps still take memory; make them as small as the kernel allows.
         for m in [
@@ -119,6 +123,10 @@ fn load_object(
             map_names::CPU_SHADOW1,
             map_names::MEM_SHADOW0,
             map_names::MEM_SHADOW1,
+            map_names::WAIT_SHADOW0,
+            map_names::WAIT_SHADOW1,
+            map_names::IO_SHADOW0,
+            map_names::IO_SHADOW1,
         ] {
             loader.map_max_entries(m, 1);
         }

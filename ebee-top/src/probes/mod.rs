@@ -24,6 +24,7 @@ pub mod preflight;
 pub mod qos;
 mod raw_array;
 mod sys;
+pub mod wait;
 
 use std::time::Duration;
 
@@ -94,6 +95,9 @@ pub struct Probes {
     floor: bench::SyscallFloor,
     /// The memory pipeline; None when the kernel lacks rss_stat or the layout it reads.
     mem: Option<mem::MemDrain>,
+    /// Waits and disk I/O, from the context switch.
+    wait: wait::WaitDrain,
+    wait_offsets: ebee_shared::wait::WaitOffsets,
     page_size: u64,
     ncpus: usize,
     bins: BinCfg,
@@ -158,6 +162,7 @@ impl Probes {
         if let Some(m) = self.mem.as_mut() {
             raw.mem = Some(m.drain(epoch).map_err(classify("draining memory maps"))?);
         }
+        raw.waits = self.wait.drain(ebee_shared::ctl::parity(epoch) ^ 1)?;
         raw.lifecycle = self.lifecycle.read();
         // Pinned processes that ended: reported once more with their last numbers, then
         // dropped from the kernel's pin table.
@@ -214,6 +219,17 @@ impl Probes {
     /// latencies are still measured).
     pub fn request_model_available(&self) -> bool {
         self.qos.offsets.valid != 0
+    }
+
+    /// True when the kernel keeps per-task run-queue waits (`sched_info`) and the pipeline
+    /// reads them.
+    pub fn wait_available(&self) -> bool {
+        self.wait_offsets.wait_valid != 0
+    }
+
+    /// True when the kernel counts disk I/O per task (`ioac`) and the pipeline reads it.
+    pub fn io_available(&self) -> bool {
+        self.wait_offsets.io_valid != 0
     }
 
     /// True when the memory pipeline (rss_stat) is attached.

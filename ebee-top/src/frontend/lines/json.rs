@@ -6,9 +6,11 @@ use serde::Serialize;
 
 use super::QOS_TOP_SYSCALLS;
 
+use crate::batch::wait::WaitStats;
 use crate::batch::{Dropped, MemStats, SelfCost};
 use crate::model::mem::MemEntry;
 use crate::model::qos::QosStats;
+use crate::model::wait::{IoEntry, WaitEntry};
 use crate::model::{CpuEntry, Model};
 
 #[derive(Serialize)]
@@ -17,6 +19,49 @@ struct JsonCpu<'a> {
     comm: &'a str,
     cpu_ns: u64,
     cpu_pct: f64,
+    wait_ns: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct JsonWait {
+    pid: u32,
+    comm: String,
+    wait_ns: u64,
+    wait_pct: f64,
+}
+
+#[derive(Serialize)]
+struct JsonIo {
+    pid: u32,
+    comm: String,
+    read_bytes: u64,
+    write_bytes: u64,
+}
+
+fn comm_of(m: &Model, pid: u32) -> String {
+    m.proc_info(pid).map(|p| p.comm.clone()).unwrap_or_default()
+}
+
+fn json_wait(m: &Model, rows: Vec<WaitEntry>) -> Vec<JsonWait> {
+    rows.into_iter()
+        .map(|w| JsonWait {
+            pid: w.pid,
+            comm: comm_of(m, w.pid),
+            wait_ns: w.wait_ns,
+            wait_pct: r2(w.wait_pct),
+        })
+        .collect()
+}
+
+fn json_io(m: &Model, rows: Vec<IoEntry>) -> Vec<JsonIo> {
+    rows.into_iter()
+        .map(|r| JsonIo {
+            pid: r.pid,
+            comm: comm_of(m, r.pid),
+            read_bytes: r.read_bytes,
+            write_bytes: r.write_bytes,
+        })
+        .collect()
 }
 
 /// Two decimals for rates and latencies in µs.
@@ -167,6 +212,13 @@ struct JsonLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     mem_exact: Option<Vec<JsonMem>>,
     mem_stats: &'a MemStats,
+    wait: Vec<JsonWait>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wait_exact: Option<Vec<JsonWait>>,
+    io: Vec<JsonIo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    io_exact: Option<Vec<JsonIo>>,
+    wait_stats: &'a WaitStats,
 }
 
 fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
@@ -177,6 +229,7 @@ fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
             cpu_ns: r.cpu_ns,
             // Two decimals are all a share of a CPU needs.
             cpu_pct: (r.cpu_pct * 100.0).round() / 100.0,
+            wait_ns: r.wait_ns,
         })
         .collect()
 }
@@ -203,6 +256,11 @@ pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         mem_growth: json_mem(m, m.mem.sketch.top_growth(k)),
         mem_exact: m.mem.exact.as_ref().map(|e| json_mem(m, e.top_rss(k))),
         mem_stats: &b.mem_stats,
+        wait: json_wait(m, m.wait.top_wait(k)),
+        wait_exact: m.wait.top_wait_exact(k).map(|w| json_wait(m, w)),
+        io: json_io(m, m.wait.top_io(k)),
+        io_exact: m.wait.top_io_exact(k).map(|r| json_io(m, r)),
+        wait_stats: &b.wait_stats,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")

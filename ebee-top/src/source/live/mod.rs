@@ -6,6 +6,7 @@
 mod cost;
 pub mod mem;
 mod qos;
+mod wait;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -156,6 +157,18 @@ impl Source for Live {
             pids.extend(e.iter().map(|r| r.pid));
         }
         pids.extend(exits.iter().map(|e| e.pid));
+        let w = &raw.waits;
+        let (wait, io) = (wait::wait_rows(&w.wait), wait::io_rows(&w.io));
+        let wait_exact = w.wait_exact.as_deref().map(wait::wait_rows);
+        let io_exact = w.io_exact.as_deref().map(wait::io_rows);
+        pids.extend(wait.iter().map(|r| r.pid));
+        pids.extend(io.iter().map(|r| r.pid));
+        if let Some(e) = &wait_exact {
+            pids.extend(e.iter().map(|r| r.pid));
+        }
+        if let Some(e) = &io_exact {
+            pids.extend(e.iter().map(|r| r.pid));
+        }
         pids.sort_unstable();
         pids.dedup();
         let procs = pids.into_iter().map(|p| self.procs.get(p)).collect();
@@ -215,6 +228,15 @@ impl Source for Live {
                 handshake_timeouts: mem_raw.handshake_timeouts,
                 tracked: self.mem.len() as u64,
             },
+            wait_stats: wait::stats(
+                &raw.waits,
+                self.probes.wait_available(),
+                self.probes.io_available(),
+            ),
+            wait,
+            wait_exact,
+            io,
+            io_exact,
         };
         self.lifecycle_lost = raw.lifecycle_lost;
         self.prog_errors = raw.prog_errors;

@@ -1,5 +1,7 @@
 //! Workload generator for ebee-top's tests and benchmarks: CPU burners with a duty cycle,
-//! short-lived process storms, skewed mixes of many processes, and memory holders.
+//! short-lived process storms, skewed mixes of many processes, memory holders and disk I/O.
+
+mod disk;
 
 use std::time::{Duration, Instant};
 
@@ -103,6 +105,20 @@ enum Cmd {
         skew: f64,
         #[arg(long)]
         seconds: f64,
+    },
+    /// Disk I/O through the block layer: write `mib` MiB to `path` in 1 MiB requests (or read
+    /// it whole with `--read`), O_DIRECT with `--direct`, fsync'd at the end with `--fsync`.
+    /// Starts on a line on stdin, prints `done`, and exits on the next line (or EOF).
+    Disk {
+        path: std::path::PathBuf,
+        #[arg(long, default_value_t = 64)]
+        mib: u64,
+        #[arg(long)]
+        read: bool,
+        #[arg(long)]
+        direct: bool,
+        #[arg(long)]
+        fsync: bool,
     },
     /// Start `procs` burners with Zipf-skewed duty cycles (process i burns about
     /// `top_duty / i^skew`), plus `churn_per_s` short-lived processes per second that burn
@@ -589,6 +605,13 @@ fn main() {
             seconds,
         } => mem_mix(procs, top_mib, skew, seconds),
         Cmd::Storm { per_s, seconds } => storm(per_s, seconds),
+        Cmd::Disk {
+            path,
+            mib,
+            read,
+            direct,
+            fsync,
+        } => disk::run(&path, mib, read, direct, fsync),
         Cmd::Mix {
             procs,
             top_duty,

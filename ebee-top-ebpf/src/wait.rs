@@ -1,0 +1,135 @@
+//! Waits and disk I/O, from the context switch: the outgoing thread's growth of its run-queue
+//! wait (`sched_info.run_delay`) and disk bytes (`ioac.read_bytes`/`write_bytes`) since it last
+//! switched out, charged to its process in the wait and I/O sketches of the interval this CPU
+//! writes (the CPU sketch's epoch and parity). Called from `sched_switch`, so it reads no clock
+//! and calls no helper: the counters are direct BTF loads, the "last seen" values an inlined
+//! array lookup (see `ebee_shared::wait`).
+
+use ebee_shared::{
+    cpu::CpuState,
+    ctl,
+    wait::{IoSlot, PF_EXITING, THREAD_SLOTS, ThreadNow, WaitOffsets, WaitSlot, switch_out},
+};
+
+use crate::maps::{
+    IO_SHADOW0, IO_SHADOW1, IO_SKETCH, SHADOW_ON, WAIT_OFFSETS, WAIT_SHADOW0, WAIT_SHADOW1,
+    WAIT_SKETCH, WAIT_THREADS, global,
+};
+use crate::present;
+
+#[inline(always)]
+fn offsets() -> WaitOffsets {
+    // SAFETY: a valid static; volatile only stops the compiler from folding the defaults in.
+    unsafe { core::ptr::read_volatile(&raw const WAIT_OFFSETS) }
+}
+
+/// Charge the outgoing thread `prev` (of process `tgid`, not the idle task) in the interval `s`
+/// is writing.
+///
+/// # Safety
+/// `prev` must be the sched_switch tp_btf `prev` task pointer.
+#[inline(always)]
+pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<(), i64> {
+    let o = offsets();
+    if o.wait_valid == 0 && o.io_valid == 0 {
+        return Ok(());
+    }
+    // Direct loads through the BTF-typed task pointer at .rodata offsets (checked by the
+    // verifier against task_struct); a half that is off reads nothing.
+    // SAFETY: `prev` is the outgoing task_struct; the offsets come from the kernel's BTF.
+    let now = unsafe {
+        let ld = |off: u32| core::ptr::read_volatile(prev.add(off as usize) as *const u64);
+        ThreadNow {
+            tid: core::ptr::read_volatile(prev.add(o.pid as usize) as *const u32),
+            exiting: core::ptr::read_volatile(prev.add(o.flags as usize) as *const u32)
+                & PF_EXITING
+                != 0,
+            run_delay: if o.wait_valid != 0 {
+                ld(o.run_delay)
+            } else {
+                0
+            },
+            read_bytes: if o.io_valid != 0 { ld(o.read_bytes) } else { 0 },
+            write_bytes: if o.io_valid != 0 {
+                ld(o.write_bytes)
+            } else {
+                0
+            },
+        }
+    };
+    let seen = present(WAIT_THREADS.get_ptr_mut(now.tid & (THREAD_SLOTS as u32 - 1)))?;
+    let parity = ctl::parity(s.epoch) & 1;
+    // SAFETY: a valid array value; only the CPU this thread switches out on writes its slot
+    // (another thread with the same index can race it, which at worst costs both a delta).
+    let d = unsafe { switch_out(&mut *seen, &now) };
+    let Some(d) = d else {
+        if o.wait_valid != 0 {
+            let sk = present(WAIT_SKETCH.get_ptr_mut(parity))?;
+            // SAFETY: this CPU's value of a per-CPU array, written only by this CPU while its
+            // interval is open (see `try_sched_switch`).
+            unsafe { (*sk).thread_misses += 1 };
+        }
+        return Ok(());
+    };
+    if d.wait_ns != 0 {
+        let sk = present(WAIT_SKETCH.get_ptr_mut(parity))?;
+        // SAFETY: as above.
+        unsafe {
+            (*sk).add(WaitSlot {
+                tgid,
+                flags: 0,
+                wait_ns: d.wait_ns,
+            })
+        };
+        if global(&SHADOW_ON) != 0 {
+            let map = if parity == 0 {
+                &WAIT_SHADOW0
+            } else {
+                &WAIT_SHADOW1
+            };
+            match map.get_ptr_mut(tgid) {
+                // SAFETY: a valid per-CPU hash value of this CPU.
+                Some(v) => unsafe { *v += d.wait_ns },
+                None => {
+                    if map.insert(tgid, d.wait_ns, 0).is_err() {
+                        // SAFETY: as above.
+                        unsafe { (*sk).shadow_full += 1 };
+                    }
+                }
+            }
+        }
+    }
+    if d.read_bytes | d.write_bytes != 0 {
+        let sk = present(IO_SKETCH.get_ptr_mut(parity))?;
+        // SAFETY: as above.
+        unsafe {
+            (*sk).add(IoSlot {
+                tgid,
+                flags: 0,
+                read_bytes: d.read_bytes,
+                write_bytes: d.write_bytes,
+            })
+        };
+        if global(&SHADOW_ON) != 0 {
+            let map = if parity == 0 {
+                &IO_SHADOW0
+            } else {
+                &IO_SHADOW1
+            };
+            match map.get_ptr_mut(tgid) {
+                // SAFETY: a valid per-CPU hash value of this CPU.
+                Some(v) => unsafe {
+                    (*v)[0] += d.read_bytes;
+                    (*v)[1] += d.write_bytes;
+                },
+                None => {
+                    if map.insert(tgid, [d.read_bytes, d.write_bytes], 0).is_err() {
+                        // SAFETY: as above.
+                        unsafe { (*sk).shadow_full += 1 };
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,43 @@
+//! The waits and disk I/O part of a `Batch`: each process's run-queue wait (time its threads
+//! were runnable but not running) and the bytes it read from and wrote to block devices in the
+//! interval, as the kernel's own per-task counters grew (`/proc/PID/schedstat`'s second field,
+//! `/proc/PID/io`'s `read_bytes` and `write_bytes`).
+
+use serde::{Deserialize, Serialize};
+
+/// One process's run-queue wait in the interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitRow {
+    pub pid: u32,
+    /// Nanoseconds its threads spent waiting for a CPU, summed.
+    pub ns: u64,
+}
+
+/// One process's disk I/O in the interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IoRow {
+    pub pid: u32,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+/// Counters of the pipeline for one interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WaitStats {
+    /// The kernel keeps per-task run-queue waits (`sched_info`) and they are read.
+    pub available: bool,
+    /// The kernel keeps per-task disk I/O (`ioac`) and it is read.
+    pub io_available: bool,
+    /// Wait sketch entries evicted, and the wait they held (lost for the interval).
+    pub evictions: u64,
+    pub evicted_ns: u64,
+    /// I/O sketch entries evicted, and the bytes they held.
+    pub io_evictions: u64,
+    pub io_evicted_bytes: u64,
+    /// Switch-outs of threads the "last seen" array did not hold (first sightings, or two
+    /// threads sharing a slot): their growth since was not charged.
+    pub thread_misses: u64,
+    /// Charges the exact shadows could not store (only with `--exact`).
+    pub shadow_full: u64,
+}

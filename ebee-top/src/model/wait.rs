@@ -1,0 +1,152 @@
+//! Waits and disk I/O of the last interval, as the line output and the screen rank them: who
+//! waited longest for a CPU, who read and wrote the most. Pure: everything came in a Batch.
+
+use std::collections::HashMap;
+
+use crate::batch::Batch;
+use crate::batch::wait::{IoRow, WaitRow};
+
+/// One line of the wait ranking.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WaitEntry {
+    pub pid: u32,
+    pub wait_ns: u64,
+    /// Share of the interval its threads waited: 100 is one thread waiting all the time.
+    pub wait_pct: f64,
+}
+
+/// One line of the disk I/O ranking.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IoEntry {
+    pub pid: u32,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+/// The last interval's waits and I/O.
+#[derive(Clone, Debug, Default)]
+pub struct WaitModel {
+    /// The kernel gives waits, and disk I/O (from the last Batch; a recording made without
+    /// this pipeline has neither).
+    pub available: bool,
+    pub io_available: bool,
+    interval_ns: u64,
+    wait: Vec<WaitRow>,
+    wait_by_pid: HashMap<u32, u64>,
+    wait_exact: Option<Vec<WaitRow>>,
+    io: Vec<IoRow>,
+    io_exact: Option<Vec<IoRow>>,
+}
+
+impl WaitModel {
+    pub fn ingest(&mut self, b: &Batch) {
+        self.available = b.wait_stats.available;
+        self.io_available = b.wait_stats.io_available;
+        self.interval_ns = b.interval_ns();
+        self.wait.clone_from(&b.wait);
+        self.wait_by_pid = b.wait.iter().map(|w| (w.pid, w.ns)).collect();
+        self.wait_exact.clone_from(&b.wait_exact);
+        self.io.clone_from(&b.io);
+        self.io_exact.clone_from(&b.io_exact);
+    }
+
+    /// Wait of `pid` in the last interval; None when the kernel gives no waits.
+    pub fn wait_of(&self, pid: u32) -> Option<u64> {
+        self.available
+            .then(|| self.wait_by_pid.get(&pid).copied().unwrap_or(0))
+    }
+
+    fn entry(&self, w: &WaitRow) -> WaitEntry {
+        WaitEntry {
+            pid: w.pid,
+            wait_ns: w.ns,
+            wait_pct: if self.interval_ns == 0 {
+                0.0
+            } else {
+                w.ns as f64 * 100.0 / self.interval_ns as f64
+            },
+        }
+    }
+
+    /// The `k` processes that waited longest in the last interval.
+    pub fn top_wait(&self, k: usize) -> Vec<WaitEntry> {
+        self.wait.iter().take(k).map(|w| self.entry(w)).collect()
+    }
+
+    /// The exact shadow's top `k`, when the Batch carried it.
+    pub fn top_wait_exact(&self, k: usize) -> Option<Vec<WaitEntry>> {
+        let e = self.wait_exact.as_ref()?;
+        Some(e.iter().take(k).map(|w| self.entry(w)).collect())
+    }
+
+    /// The `k` processes with the most disk bytes (read + written) in the last interval.
+    pub fn top_io(&self, k: usize) -> Vec<IoEntry> {
+        io_entries(&self.io, k)
+    }
+
+    pub fn top_io_exact(&self, k: usize) -> Option<Vec<IoEntry>> {
+        Some(io_entries(self.io_exact.as_ref()?, k))
+    }
+}
+
+fn io_entries(rows: &[IoRow], k: usize) -> Vec<IoEntry> {
+    rows.iter()
+        .take(k)
+        .map(|r| IoEntry {
+            pid: r.pid,
+            read_bytes: r.read_bytes,
+            write_bytes: r.write_bytes,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::wait::WaitStats;
+
+    fn batch(wait: &[(u32, u64)], io: &[(u32, u64, u64)], available: bool) -> Batch {
+        Batch::build(1, 0, 50_000_000)
+            .with(|b| {
+                b.wait = wait.iter().map(|&(pid, ns)| WaitRow { pid, ns }).collect();
+                b.io = io
+                    .iter()
+                    .map(|&(pid, read_bytes, write_bytes)| IoRow {
+                        pid,
+                        read_bytes,
+                        write_bytes,
+                    })
+                    .collect();
+                b.wait_stats = WaitStats {
+                    available,
+                    io_available: available,
+                    ..Default::default()
+                };
+            })
+            .done()
+    }
+
+    #[test]
+    fn shares_of_the_interval_and_rankings() {
+        let mut m = WaitModel::default();
+        m.ingest(&batch(
+            &[(7, 25_000_000), (8, 5_000_000)],
+            &[(9, 0, 1 << 20)],
+            true,
+        ));
+        let top = m.top_wait(1);
+        assert_eq!((top[0].pid, top[0].wait_pct), (7, 50.0));
+        assert_eq!(m.wait_of(8), Some(5_000_000));
+        assert_eq!(m.wait_of(99), Some(0), "no wait is a wait of 0");
+        assert_eq!(m.top_io(5)[0].write_bytes, 1 << 20);
+        assert!(m.top_wait_exact(5).is_none());
+    }
+
+    #[test]
+    fn without_the_pipeline_waits_are_unknown_not_zero() {
+        let mut m = WaitModel::default();
+        m.ingest(&batch(&[], &[], false));
+        assert_eq!(m.wait_of(1), None);
+        assert!(m.top_wait(5).is_empty());
+    }
+}

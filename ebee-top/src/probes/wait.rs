@@ -1,0 +1,316 @@
+//! Draining the waits and disk I/O pipeline. `sched_switch` writes its per-CPU sketches under
+//! the CPU pipeline's epoch and parity, so once the CPU drain has seen every CPU switch to the
+//! new interval, the closed sketches are quiescent: read them, merge per process across stages
+//! and CPUs (a key in several is summed), and clear them for reuse.
+
+use std::collections::HashMap;
+
+use aya::{
+    Ebpf,
+    maps::{MapData, PerCpuArray, PerCpuHashMap},
+};
+use ebee_shared::map_names;
+use ebee_shared::wait::{IoSketch, WaitOffsets, WaitSketch};
+
+use super::btf::Btf;
+use super::{ProbeConfig, ProbeError, classify, take_map};
+
+/// `task_struct` offsets for waits and disk I/O, from BTF. Each half is off (`*_valid` 0) when
+/// the kernel lacks its fields: `sched_info` without CONFIG_SCHED_INFO, `ioac` without
+/// CONFIG_TASK_IO_ACCOUNTING.
+pub fn offsets(btf: &Btf) -> WaitOffsets {
+    let get = |s: &str, m: &str| btf.member_offset(s, m).ok();
+    let (Some(pid), Some(flags)) = (get("task_struct", "pid"), get("task_struct", "flags")) else {
+        return WaitOffsets::default();
+    };
+    let run_delay = get("task_struct", "sched_info")
+        .zip(get("sched_info", "run_delay"))
+        .map(|(a, b)| a + b);
+    let ioac = get("task_struct", "ioac");
+    let read = ioac.zip(get("task_io_accounting", "read_bytes"));
+    let write = ioac.zip(get("task_io_accounting", "write_bytes"));
+    let (read_bytes, write_bytes, io_valid) = match (read, write) {
+        (Some((a, r)), Some((b, w))) => (a + r, b + w, 1),
+        _ => (0, 0, 0),
+    };
+    WaitOffsets {
+        pid,
+        flags,
+        run_delay: run_delay.unwrap_or(0),
+        read_bytes,
+        write_bytes,
+        wait_valid: u32::from(run_delay.is_some()),
+        io_valid,
+        pad: 0,
+    }
+}
+
+/// One process's run-queue wait in one interval (all its threads, all CPUs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitCharge {
+    pub tgid: u32,
+    pub wait_ns: u64,
+}
+
+/// One process's disk bytes in one interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoCharge {
+    pub tgid: u32,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+/// The waits and I/O part of one closed interval.
+#[derive(Clone, Debug, Default)]
+pub struct WaitRaw {
+    /// Processes by wait, heaviest first (empty when the kernel has no `sched_info`).
+    pub wait: Vec<WaitCharge>,
+    /// Processes by read + written bytes, heaviest first (empty without task I/O accounting).
+    pub io: Vec<IoCharge>,
+    /// The exact shadows, when loaded with them.
+    pub wait_exact: Option<Vec<WaitCharge>>,
+    pub io_exact: Option<Vec<IoCharge>>,
+    pub wait_evictions: u64,
+    pub wait_evicted_ns: u64,
+    pub io_evictions: u64,
+    pub io_evicted_bytes: u64,
+    /// Waits and I/O charges recorded in the sketches.
+    pub wait_updates: u64,
+    pub io_updates: u64,
+    /// Switch-outs of threads not found in the "last seen" array (nothing charged for them).
+    pub thread_misses: u64,
+    /// Charges the exact shadows could not store.
+    pub shadow_full: u64,
+}
+
+/// Merge per-CPU wait sketches into one row per process, heaviest first.
+pub fn merge_wait<'a>(sketches: impl IntoIterator<Item = &'a WaitSketch>) -> Vec<WaitCharge> {
+    let mut by: HashMap<u32, u64> = HashMap::new();
+    for sk in sketches {
+        for s in sk.stages.iter().flatten().filter(|s| s.tgid != 0) {
+            *by.entry(s.tgid).or_default() += s.wait_ns;
+        }
+    }
+    let mut v: Vec<WaitCharge> = by
+        .into_iter()
+        .map(|(tgid, wait_ns)| WaitCharge { tgid, wait_ns })
+        .collect();
+    v.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.tgid.cmp(&b.tgid)));
+    v
+}
+
+/// Merge per-CPU I/O sketches into one row per process, heaviest first.
+pub fn merge_io<'a>(sketches: impl IntoIterator<Item = &'a IoSketch>) -> Vec<IoCharge> {
+    let mut by: HashMap<u32, (u64, u64)> = HashMap::new();
+    for sk in sketches {
+        for s in sk.stages.iter().flatten().filter(|s| s.tgid != 0) {
+            let e = by.entry(s.tgid).or_default();
+            e.0 += s.read_bytes;
+            e.1 += s.write_bytes;
+        }
+    }
+    io_rows(by)
+}
+
+fn io_rows(by: HashMap<u32, (u64, u64)>) -> Vec<IoCharge> {
+    let mut v: Vec<IoCharge> = by
+        .into_iter()
+        .map(|(tgid, (read_bytes, write_bytes))| IoCharge {
+            tgid,
+            read_bytes,
+            write_bytes,
+        })
+        .collect();
+    let w = |c: &IoCharge| c.read_bytes + c.write_bytes;
+    v.sort_by(|a, b| w(b).cmp(&w(a)).then(a.tgid.cmp(&b.tgid)));
+    v
+}
+
+/// The pipeline's maps (the shadows only when `cfg` asks for them).
+pub(super) struct WaitMaps {
+    wait: PerCpuArray<MapData, WaitSketch>,
+    io: PerCpuArray<MapData, IoSketch>,
+    wait_shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
+    io_shadow: Option<[PerCpuHashMap<MapData, u32, [u64; 2]>; 2]>,
+}
+
+impl WaitMaps {
+    pub(super) fn take(ebpf: &mut Ebpf, cfg: ProbeConfig) -> Result<Self, ProbeError> {
+        let (wait_shadow, io_shadow) = if cfg.shadow {
+            (
+                Some([
+                    take_map(ebpf, map_names::WAIT_SHADOW0, PerCpuHashMap::try_from)?,
+                    take_map(ebpf, map_names::WAIT_SHADOW1, PerCpuHashMap::try_from)?,
+                ]),
+                Some([
+                    take_map(ebpf, map_names::IO_SHADOW0, PerCpuHashMap::try_from)?,
+                    take_map(ebpf, map_names::IO_SHADOW1, PerCpuHashMap::try_from)?,
+                ]),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            wait: take_map(ebpf, map_names::WAIT_SKETCH, PerCpuArray::try_from)?,
+            io: take_map(ebpf, map_names::IO_SKETCH, PerCpuArray::try_from)?,
+            wait_shadow,
+            io_shadow,
+        })
+    }
+}
+
+/// Userspace state of the pipeline between drains.
+pub(super) struct WaitDrain {
+    maps: WaitMaps,
+    ncpus: usize,
+}
+
+impl WaitDrain {
+    pub(super) fn new(maps: WaitMaps, ncpus: usize) -> Self {
+        Self { maps, ncpus }
+    }
+
+    /// Read and clear the interval of parity `old_parity`. Only after the CPU drain has seen
+    /// every CPU move past it.
+    pub(super) fn drain(&mut self, old_parity: u32) -> Result<WaitRaw, ProbeError> {
+        let p = old_parity & 1;
+        let m = &mut self.maps;
+        let wait: Vec<WaitSketch> = m
+            .wait
+            .get(&p, 0)
+            .map_err(classify("reading WAIT_SKETCH"))?
+            .iter()
+            .copied()
+            .collect();
+        let io: Vec<IoSketch> =
+            m.io.get(&p, 0)
+                .map_err(classify("reading IO_SKETCH"))?
+                .iter()
+                .copied()
+                .collect();
+        m.wait
+            .set(
+                p,
+                super::zeroed(self.ncpus).map_err(classify("zeroing WAIT_SKETCH"))?,
+                0,
+            )
+            .map_err(classify("clearing WAIT_SKETCH"))?;
+        m.io.set(
+            p,
+            super::zeroed(self.ncpus).map_err(classify("zeroing IO_SKETCH"))?,
+            0,
+        )
+        .map_err(classify("clearing IO_SKETCH"))?;
+        let mut raw = WaitRaw {
+            wait: merge_wait(&wait),
+            io: merge_io(&io),
+            ..Default::default()
+        };
+        for s in &wait {
+            raw.wait_evictions += s.evictions;
+            raw.wait_evicted_ns += s.evicted_ns;
+            raw.wait_updates += s.updates;
+            raw.thread_misses += s.thread_misses;
+            raw.shadow_full += s.shadow_full;
+        }
+        for s in &io {
+            raw.io_evictions += s.evictions;
+            raw.io_evicted_bytes += s.evicted_bytes;
+            raw.io_updates += s.updates;
+            raw.shadow_full += s.shadow_full;
+        }
+        if let Some(sh) = m.wait_shadow.as_mut() {
+            let map = &mut sh[p as usize];
+            let keys: Vec<u32> = map
+                .keys()
+                .collect::<Result<_, _>>()
+                .map_err(classify("reading WAIT_SHADOW"))?;
+            let mut rows = Vec::with_capacity(keys.len());
+            for k in keys {
+                let v = map.get(&k, 0).map_err(classify("reading WAIT_SHADOW"))?;
+                rows.push(WaitCharge {
+                    tgid: k,
+                    wait_ns: v.iter().sum(),
+                });
+                map.remove(&k).map_err(classify("clearing WAIT_SHADOW"))?;
+            }
+            rows.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.tgid.cmp(&b.tgid)));
+            raw.wait_exact = Some(rows);
+        }
+        if let Some(sh) = m.io_shadow.as_mut() {
+            let map = &mut sh[p as usize];
+            let keys: Vec<u32> = map
+                .keys()
+                .collect::<Result<_, _>>()
+                .map_err(classify("reading IO_SHADOW"))?;
+            let mut by = HashMap::new();
+            for k in keys {
+                let v = map.get(&k, 0).map_err(classify("reading IO_SHADOW"))?;
+                let e: &mut (u64, u64) = by.entry(k).or_default();
+                for [r, w] in v.iter() {
+                    e.0 += r;
+                    e.1 += w;
+                }
+                map.remove(&k).map_err(classify("clearing IO_SHADOW"))?;
+            }
+            raw.io_exact = Some(io_rows(by));
+        }
+        Ok(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ebee_shared::wait::{IoSlot, WaitSlot};
+
+    #[test]
+    fn a_process_in_several_stages_and_cpus_is_summed() {
+        let mut a = WaitSketch::default();
+        let mut b = WaitSketch::default();
+        a.stages[0][3] = WaitSlot {
+            tgid: 5,
+            flags: 0,
+            wait_ns: 100,
+        };
+        a.stages[2][9] = WaitSlot {
+            tgid: 5,
+            flags: 0,
+            wait_ns: 50,
+        };
+        b.stages[1][0] = WaitSlot {
+            tgid: 7,
+            flags: 0,
+            wait_ns: 120,
+        };
+        let rows = merge_wait([&a, &b]);
+        assert_eq!(
+            rows,
+            vec![
+                WaitCharge {
+                    tgid: 5,
+                    wait_ns: 150
+                },
+                WaitCharge {
+                    tgid: 7,
+                    wait_ns: 120
+                }
+            ]
+        );
+        let mut io = IoSketch::default();
+        io.stages[0][1] = IoSlot {
+            tgid: 9,
+            flags: 0,
+            read_bytes: 0,
+            write_bytes: 1 << 20,
+        };
+        io.stages[3][1] = IoSlot {
+            tgid: 8,
+            flags: 0,
+            read_bytes: 4096,
+            write_bytes: 0,
+        };
+        let rows = merge_io([&io]);
+        assert_eq!((rows[0].tgid, rows[1].tgid), (9, 8), "heaviest first");
+    }
+}
