@@ -182,6 +182,10 @@ pub enum Table {
     Exits,
     /// One row per process shown per interval (the top K by resident memory).
     Mem,
+    /// One row per process shown per interval (the top K by run-queue wait).
+    Wait,
+    /// One row per process shown per interval (the top K by disk bytes read and written).
+    Io,
 }
 
 #[derive(Debug, Args)]

@@ -12,7 +12,7 @@ mod update;
 use std::time::Duration;
 
 use crate::model::Model;
-use crate::model::procs::{ProcEntry, ProcKey};
+use crate::model::procs::{Order, ProcEntry, ProcKey};
 use crate::os::details::Details;
 use crate::os::host::HostInfo;
 
@@ -24,6 +24,10 @@ pub use replay::{KEYS as REPLAY_KEYS, ReplayControl};
 pub enum SortBy {
     Cpu,
     Mem,
+    /// Run-queue wait (`W`).
+    Wait,
+    /// Disk I/O (`I`).
+    Io,
 }
 
 /// The pane that takes Up/Down.
@@ -85,6 +89,12 @@ pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(10);
 pub const NO_MEMORY: &str = "memory pipeline not loaded: sorting by CPU";
 pub const SORTED_MEM: &str = "sorted by resident memory (RES)";
 pub const SORTED_CPU: &str = "sorted by CPU";
+pub const SORTED_WAIT: &str = "sorted by run-queue wait (WAIT%)";
+pub const SORTED_IO: &str = "sorted by disk I/O (read + written per second)";
+/// What `W` and `I` say when the Batches carry no waits or disk I/O (a kernel without
+/// `sched_info` or task I/O accounting, or an older recording).
+pub const NO_WAIT: &str = "no run-queue waits from this kernel or recording: sorting by CPU";
+pub const NO_IO: &str = "no per-process disk I/O from this kernel or recording: sorting by CPU";
 
 impl App {
     pub fn new(k: usize, interval: Duration) -> Self {
@@ -121,8 +131,14 @@ impl App {
     pub fn table_rows(&self) -> Vec<&ProcEntry> {
         let fit = usize::from(self.screen.1).saturating_sub(6);
         let m = self.shown();
-        let rss = (self.sort == SortBy::Mem).then_some(|pid| m.mem.sketch.rss_of(pid));
-        m.table.ranked_by(self.k.max(fit), &self.filter, rss)
+        let rss = |pid| m.mem.sketch.rss_of(pid);
+        let order = match self.sort {
+            SortBy::Cpu => Order::Cpu,
+            SortBy::Mem => Order::Rss(rss),
+            SortBy::Wait => Order::Wait,
+            SortBy::Io => Order::Io,
+        };
+        m.table.ranked_by(self.k.max(fit), &self.filter, order)
     }
 
     /// The rows of the plain CPU ranking (batch output's view), for compatibility.

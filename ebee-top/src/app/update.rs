@@ -5,8 +5,8 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::{
-    App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, Msg, NO_MEMORY, Overlay, SORTED_CPU,
-    SORTED_MEM, SortBy,
+    App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, Msg, NO_IO, NO_MEMORY, NO_WAIT,
+    Overlay, SORTED_CPU, SORTED_IO, SORTED_MEM, SORTED_WAIT, SortBy,
 };
 use crate::model::procs::ProcKey;
 
@@ -151,17 +151,16 @@ impl App {
                 Effect::Redraw
             }
             KeyCode::Char('M') => {
-                if self.shown().mem.available {
-                    self.sort = SortBy::Mem;
-                    self.status = Some(SORTED_MEM.into());
-                } else {
-                    // No memory data from this kernel (or recording): say so, show nothing
-                    // made up.
-                    self.sort = SortBy::Cpu;
-                    self.status = Some(NO_MEMORY.into());
-                }
-                self.follow_selection();
-                Effect::Redraw
+                let ok = self.shown().mem.available;
+                self.sort_or_cpu(ok, SortBy::Mem, SORTED_MEM, NO_MEMORY)
+            }
+            KeyCode::Char('W') => {
+                let ok = self.shown().wait.available;
+                self.sort_or_cpu(ok, SortBy::Wait, SORTED_WAIT, NO_WAIT)
+            }
+            KeyCode::Char('I') => {
+                let ok = self.shown().wait.io_available;
+                self.sort_or_cpu(ok, SortBy::Io, SORTED_IO, NO_IO)
             }
             KeyCode::Char('p') => self.toggle_pin(),
             KeyCode::Char('/') => {
@@ -193,6 +192,18 @@ impl App {
             }
             _ => Effect::None,
         }
+    }
+
+    /// Sort by `by` when the data is there, else say so (`missing`) and sort by CPU: nothing
+    /// made up.
+    fn sort_or_cpu(&mut self, ok: bool, by: SortBy, done: &str, missing: &str) -> Effect {
+        (self.sort, self.status) = if ok {
+            (by, Some(done.into()))
+        } else {
+            (SortBy::Cpu, Some(missing.into()))
+        };
+        self.follow_selection();
+        Effect::Redraw
     }
 
     fn move_by(&mut self, d: i64) -> Effect {

@@ -39,6 +39,8 @@ fn csv_header(out: &mut impl Write, t: Table) -> std::io::Result<()> {
         Table::Cpu => "t_ms,seq,rank,pid,comm,cmdline,uid,kthread,cpu_ns,cpu_pct,exited",
         Table::Exits => "t_ms,seq,pid,comm,ts_ns",
         Table::Mem => "t_ms,seq,rank,pid,comm,rss_bytes,rss_delta_bytes,growth_bytes_per_s",
+        Table::Wait => "t_ms,seq,rank,pid,comm,wait_ns,wait_pct",
+        Table::Io => "t_ms,seq,rank,pid,comm,read_bytes,write_bytes",
     };
     writeln!(out, "{h}")
 }
@@ -103,6 +105,40 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
                     e.rss_bytes,
                     e.rss_delta_bytes,
                     e.growth_per_s
+                )?;
+            }
+            Ok(())
+        }
+        Table::Wait => {
+            for (rank, w) in m.wait.top_wait(k).iter().enumerate() {
+                let comm = m.proc_info(w.pid).map_or("", |p| p.comm.as_str());
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{:.2}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    w.pid,
+                    csv_field(comm),
+                    w.wait_ns,
+                    w.wait_pct
+                )?;
+            }
+            Ok(())
+        }
+        Table::Io => {
+            for (rank, r) in m.wait.top_io(k).iter().enumerate() {
+                let comm = m.proc_info(r.pid).map_or("", |p| p.comm.as_str());
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    r.pid,
+                    csv_field(comm),
+                    r.read_bytes,
+                    r.write_bytes
                 )?;
             }
             Ok(())

@@ -23,7 +23,9 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         return;
     };
     let inner_w = area.width.saturating_sub(2 + 6) as u64;
-    let rows = u64::from(area.height.saturating_sub(2)).max(1);
+    // With waits from the kernel, the last line is the minute's run-queue wait.
+    let waits = app.shown().wait.available;
+    let rows = u64::from(area.height.saturating_sub(2 + u16::from(waits))).max(1);
     if inner_w == 0 {
         return;
     }
@@ -43,7 +45,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let now = app.shown().table.now_cell();
     let total = (per_row * rows) as usize;
     let cells = e.burst.dense(now, total);
-    let lines: Vec<Line> = cells
+    let mut lines: Vec<Line> = cells
         .chunks(per_row as usize)
         .enumerate()
         .map(|(i, row)| {
@@ -58,5 +60,24 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             ])
         })
         .collect();
+    // The run-queue wait of the whole minute on one line, each column the average wait of
+    // its span (a full column: one thread waiting all the time).
+    if waits {
+        let w = inner_w as usize;
+        let span = total.div_ceil(w.max(1)).max(1);
+        let s: String = e
+            .wait
+            .dense(now, span * w)
+            .chunks(span)
+            .map(|col| {
+                let avg = col.iter().sum::<u64>() / col.len() as u64;
+                spark(avg, CELL_NS, t.ascii)
+            })
+            .collect();
+        lines.push(Line::from(vec![
+            Span::raw(format!("{:>5} ", "wait")),
+            Span::styled(s, c.latency()),
+        ]));
+    }
     f.render_widget(Paragraph::new(lines), inner);
 }

@@ -11,15 +11,54 @@ use ratatui::{
     widgets::{Cell, Row, Table, TableState},
 };
 
-use crate::app::App;
+use crate::app::{App, SortBy};
 use crate::model::procs::CELL_NS;
 use crate::view::theme::Theme;
 use crate::view::theme::sparkline;
 
-/// Columns of the burst sparkline for a table `width` wide.
-pub fn burst_width(width: u16) -> usize {
+/// The disk I/O columns a table `width` wide shows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum IoCols {
+    None,
+    /// One column: read + written per second.
+    Sum,
+    /// READ/s and WRIT/s.
+    Both,
+}
+
+fn io_cols(width: u16, sorted: bool) -> IoCols {
+    match width {
+        120.. => IoCols::Both,
+        100.. => IoCols::Sum,
+        _ if sorted => IoCols::Sum,
+        _ => IoCols::None,
+    }
+}
+
+impl IoCols {
+    /// Characters they take, with their spacing.
+    fn width(self) -> u16 {
+        match self {
+            IoCols::None => 0,
+            IoCols::Sum => 7,
+            IoCols::Both => 14,
+        }
+    }
+}
+
+/// Columns of the burst sparkline for a table `width` wide (`io` of them go to disk I/O).
+fn burst_cols(width: u16, io: IoCols) -> usize {
     // Half of what the fixed columns leave goes to the command, up to 2 s of cells.
-    (width.saturating_sub(43) as usize / 2).clamp(8, 200)
+    (width.saturating_sub(49 + io.width()) as usize / 2).clamp(8, 200)
+}
+
+/// Bytes per second in 6 characters: `980K`, `12.3M`; `0` when nothing moved.
+fn rate(bps: f64) -> String {
+    if bps < 1.0 {
+        "0".into()
+    } else {
+        bytes(bps as u64)
+    }
 }
 
 /// Bytes in a 5-character unit form: `980K`, `12.3M`, `1.2G`.
@@ -58,10 +97,14 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let c = t.colors;
     let m = app.shown();
     let now = m.table.now_cell();
-    let bw = burst_width(area.width);
+    let sort = app.sort;
+    let io = io_cols(area.width, sort == SortBy::Io);
+    let bw = burst_cols(area.width, io);
+    let waits = m.wait.available;
     // What is left for COMMAND: the highlight mark, the fixed columns, the sparkline and
-    // one space between each of the eight columns.
-    let cmd_width = (area.width as usize).saturating_sub(1 + 2 + 7 + 8 + 5 + 8 + 6 + bw + 7);
+    // one space between each of the nine columns.
+    let cmd_width = (area.width as usize)
+        .saturating_sub(1 + 2 + 7 + 8 + 5 + 5 + 8 + 6 + bw + 8 + usize::from(io.width()));
     let rows: Vec<Row> = app
         .table_rows()
         .into_iter()
@@ -94,20 +137,40 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             } else {
                 Style::default()
             };
-            Row::new(vec![
+            let mut cells = vec![
                 Cell::from(flag),
                 Cell::from(format!("{:>7}", e.key.pid)),
                 Cell::from(user),
                 Cell::from(format!("{:>5.1}", e.cpu_pct)),
+                Cell::from(if waits {
+                    format!("{:>5.1}", e.wait_pct)
+                } else {
+                    format!("{:>5}", "n/a")
+                }),
                 Cell::from(format!("{:>8}", super::fmt_ns(e.total_ns))),
                 Cell::from(match m.mem.sketch.rss_of(e.key.pid) {
                     Some(b) if !e.exited() => format!("{:>6}", bytes(b)),
                     _ => format!("{:>6}", "-"),
                 }),
-                Cell::from(Line::from(Span::styled(burst, c.burst()))),
-                Cell::from(cmd),
-            ])
-            .style(style)
+            ];
+            let io_cell = |v: f64| {
+                Cell::from(if m.wait.io_available {
+                    format!("{:>6}", rate(v))
+                } else {
+                    format!("{:>6}", "n/a")
+                })
+            };
+            match io {
+                IoCols::None => {}
+                IoCols::Sum => cells.push(io_cell(e.read_per_s + e.write_per_s)),
+                IoCols::Both => {
+                    cells.push(io_cell(e.read_per_s));
+                    cells.push(io_cell(e.write_per_s));
+                }
+            }
+            cells.push(Cell::from(Line::from(Span::styled(burst, c.burst()))));
+            cells.push(Cell::from(cmd));
+            Row::new(cells).style(style)
         })
         .collect();
     let burst_title = if bw >= 24 {
@@ -115,38 +178,48 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     } else {
         format!("BURST {:.2}s", bw as f64 / 100.0)
     };
-    let header = Row::new(vec![
+    // The column the table is ranked by carries a `*`.
+    let mark = |by: SortBy, plain: &'static str, marked: &'static str| {
+        Cell::from(if sort == by { marked } else { plain })
+    };
+    let mut head = vec![
         Cell::from("  "),
         Cell::from("    PID"),
         Cell::from("USER"),
         Cell::from(" %CPU"),
+        mark(SortBy::Wait, "WAIT%", "WAIT*"),
         Cell::from("    TIME"),
-        Cell::from(if app.sort == crate::app::SortBy::Mem {
-            "  RES*"
-        } else {
-            "   RES"
-        }),
-        Cell::from(burst_title),
-        Cell::from("COMMAND"),
-    ])
-    .style(c.header_row());
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Length(2),
-            Constraint::Length(7),
-            Constraint::Length(8),
-            Constraint::Length(5),
-            Constraint::Length(8),
-            Constraint::Length(6),
-            Constraint::Length(bw as u16),
-            Constraint::Min(10),
-        ],
-    )
-    .header(header)
-    .column_spacing(1)
-    .highlight_symbol(">")
-    .row_highlight_style(c.selected());
+        mark(SortBy::Mem, "   RES", "  RES*"),
+    ];
+    let mut widths = vec![
+        Constraint::Length(2),
+        Constraint::Length(7),
+        Constraint::Length(8),
+        Constraint::Length(5),
+        Constraint::Length(5),
+        Constraint::Length(8),
+        Constraint::Length(6),
+    ];
+    match io {
+        IoCols::None => {}
+        IoCols::Sum => {
+            head.push(mark(SortBy::Io, "  IO/s", " IO/s*"));
+            widths.push(Constraint::Length(6));
+        }
+        IoCols::Both => {
+            head.push(mark(SortBy::Io, "READ/s", "READ*"));
+            head.push(mark(SortBy::Io, "WRIT/s", "WRIT*"));
+            widths.extend([Constraint::Length(6), Constraint::Length(6)]);
+        }
+    }
+    head.extend([Cell::from(burst_title), Cell::from("COMMAND")]);
+    widths.extend([Constraint::Length(bw as u16), Constraint::Min(10)]);
+    let header = Row::new(head).style(c.header_row());
+    let table = Table::new(rows, widths)
+        .header(header)
+        .column_spacing(1)
+        .highlight_symbol(">")
+        .row_highlight_style(c.selected());
     let mut state = TableState::default().with_selected(Some(app.selected));
     f.render_stateful_widget(table, area, &mut state);
 }

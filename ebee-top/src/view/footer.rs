@@ -18,7 +18,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         Line::from(format!("filter: {}   (Esc clears)", app.filter))
     } else {
         Line::from(
-            "h help  q quit  j/k move  p pin  / filter  P/M sort  space pause  +/- interval  Enter details",
+            "h help  q quit  j/k move  p pin  / filter  P/M/W/I sort  space pause  +/- interval  Enter details",
         )
     };
     f.render_widget(Paragraph::new(line), area);

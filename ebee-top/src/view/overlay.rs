@@ -19,6 +19,8 @@ pub const HELP: &[(&str, &str)] = &[
     ("Up/Down, j/k", "move the selection (PgUp/PgDn, Home/End)"),
     ("P", "sort by CPU"),
     ("M", "sort by resident memory (RES)"),
+    ("W", "sort by run-queue wait (WAIT%: runnable, not running)"),
+    ("I", "sort by disk I/O (bytes read and written per second)"),
     (
         "p",
         "pin/unpin the selected process (syscall and request QoS)",
@@ -127,6 +129,19 @@ pub fn details(app: &App, t: &Theme, key: ProcKey, d: Option<&Details>, f: &mut 
             e.cpu_pct,
             if e.exited() { " (exited)" } else { "" }
         )));
+        if m.wait.available {
+            lines.push(Line::from(format!(
+                "waiting  {:.1}% of the last second runnable but not on a CPU (all threads)",
+                e.wait_pct
+            )));
+        }
+        if m.wait.io_available {
+            lines.push(Line::from(format!(
+                "disk     {}/s read, {}/s written over the last second",
+                super::cpu_table::bytes(e.read_per_s as u64),
+                super::cpu_table::bytes(e.write_per_s as u64)
+            )));
+        }
     }
     lines.push(Line::from(""));
     lines.push(Line::from("any key closes"));

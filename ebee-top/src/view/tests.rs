@@ -8,6 +8,7 @@ use ratatui::{Terminal, backend::TestBackend, buffer::Buffer};
 use super::theme::Theme;
 use crate::app::{App, Msg, Overlay};
 use crate::batch::qos::{QosBatch, QosSample, RequestSample, SyscallSample};
+use crate::batch::wait::{IoRow, WaitRow};
 use crate::batch::{Batch, Exit, ProcInfo};
 use crate::os::details::Details;
 use crate::os::host::HostInfo;
@@ -60,7 +61,8 @@ pub(crate) fn proc(pid: u32, comm: &str, cmdline: &str) -> ProcInfo {
     }
 }
 
-/// Interval `seq` of 50 ms; `rows` are (pid, 5 bins of ns).
+/// Interval `seq` of 50 ms; `rows` are (pid, 5 bins of ns). Each process waited for a CPU a
+/// quarter as long as it ran, as on a busy machine.
 pub(crate) fn batch(seq: u64, rows: &[(u32, [u64; 5])], procs: &[ProcInfo]) -> Batch {
     let b = Batch::build(seq, 10_000 * MS + seq * 50 * MS, 50 * MS)
         .bins(10 * MS)
@@ -73,6 +75,16 @@ pub(crate) fn batch(seq: u64, rows: &[(u32, [u64; 5])], procs: &[ProcInfo]) -> B
                 bpf_ns: Some(60_000),
                 bpf_runs: Some(1500),
             };
+            b.wait = rows
+                .iter()
+                .map(|(pid, bins)| WaitRow {
+                    pid: *pid,
+                    ns: bins.iter().sum::<u64>() / 4,
+                })
+                .filter(|w| w.ns > 0)
+                .collect();
+            b.wait_stats.available = true;
+            b.wait_stats.io_available = true;
         });
     rows.iter()
         .fold(b, |b, (pid, bins)| b.cpu(*pid, bins.iter().sum(), bins))
@@ -376,7 +388,63 @@ fn a_long_path_gives_way_to_the_program_name() {
     assert!(row.contains("server --port 8080"), "{s}");
     assert!(!row.contains("/srv/deploy"), "{s}");
     // Wide enough, the whole line stays.
-    let s = text(&a, 200, 40);
+    let s = text(&a, 220, 40);
     let row = s.lines().find(|l| l.contains(" 777 ")).unwrap();
     assert!(row.contains(&p.cmdline), "{s}");
+}
+
+/// A process starved of CPU, a quiet disk writer and a busy one: `W` and `I` rank by them,
+/// and a wide table shows the disk columns.
+#[test]
+fn waits_and_disk_io_columns_and_sorts() {
+    let mut a = app();
+    let procs = [
+        proc(300, "starved", "starved --needs-a-cpu"),
+        proc(301, "writer", "writer --direct /data/log"),
+        proc(302, "busy", "busy --spin"),
+    ];
+    for seq in 1..=20 {
+        let mut b = batch(
+            seq,
+            &[
+                (300, [MS, 0, 0, 0, 0]),
+                (301, [0, MS / 10, 0, 0, 0]),
+                (302, [10 * MS; 5]),
+            ],
+            &procs,
+        );
+        b.wait = vec![
+            WaitRow {
+                pid: 300,
+                ns: 40 * MS,
+            },
+            WaitRow { pid: 302, ns: MS },
+        ];
+        b.io = vec![IoRow {
+            pid: 301,
+            read_bytes: 0,
+            write_bytes: 5 << 20,
+        }];
+        a.update(Msg::Batch(Box::new(b)));
+    }
+    let order = |a: &App| -> Vec<u32> { a.table_rows().iter().map(|e| e.key.pid).collect() };
+    assert_eq!(order(&a), vec![302, 300, 301]);
+    a.update(Msg::Input(crossterm::event::Event::Key(
+        crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('W')),
+    )));
+    assert_eq!(order(&a)[0], 300, "W: the starved process first");
+    a.update(Msg::Input(crossterm::event::Event::Key(
+        crossterm::event::KeyEvent::from(crossterm::event::KeyCode::Char('I')),
+    )));
+    assert_eq!(
+        order(&a)[0],
+        301,
+        "I: the writer first, though it barely runs"
+    );
+    let t = text(&a, 130, 30);
+    // 5 MiB every 50 ms is 100 MiB/s written; 40 ms of every 50 is 80% waiting.
+    let row = |pid: &str| t.lines().find(|l| l.contains(pid)).unwrap().to_string();
+    assert!(row(" 301 ").contains("100M"), "{t}");
+    assert!(row(" 300 ").contains(" 80.0"), "{t}");
+    insta::assert_snapshot!("waits_and_io_130x30", t);
 }

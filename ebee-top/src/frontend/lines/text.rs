@@ -40,11 +40,55 @@ pub fn write_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         )?;
     }
     write_mem_text(out, m, k)?;
+    write_wait_text(out, m)?;
     write_qos_text(out, m)?;
     writeln!(out)
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// Processes listed on the waiting and disk lines.
+const WAIT_TOP: usize = 5;
+
+/// The processes that waited longest for a CPU, and those with the most disk I/O, in the
+/// last interval: one line each, when the kernel gives them and something happened.
+fn write_wait_text(out: &mut impl Write, m: &Model) -> std::io::Result<()> {
+    let Some(b) = m.latest() else { return Ok(()) };
+    let secs = b.interval_ns().max(1) as f64 / 1e9;
+    let name = |pid: u32| {
+        m.proc_info(pid)
+            .map(|p| p.comm.clone())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "?".into())
+    };
+    let waiting: Vec<String> = m
+        .wait
+        .top_wait(WAIT_TOP)
+        .into_iter()
+        .map(|w| format!("{} {} {:.1}%", w.pid, name(w.pid), w.wait_pct))
+        .collect();
+    if !waiting.is_empty() {
+        writeln!(out, "{:>7}   waiting: {}", "", waiting.join(", "))?;
+    }
+    let disk: Vec<String> = m
+        .wait
+        .top_io(WAIT_TOP)
+        .into_iter()
+        .map(|r| {
+            format!(
+                "{} {} r {:.1} w {:.1} MiB/s",
+                r.pid,
+                name(r.pid),
+                r.read_bytes as f64 / MIB / secs,
+                r.write_bytes as f64 / MIB / secs
+            )
+        })
+        .collect();
+    if !disk.is_empty() {
+        writeln!(out, "{:>7}   disk: {}", "", disk.join(", "))?;
+    }
+    Ok(())
+}
 
 /// Resident memory: the largest processes, then the fastest growing of the last interval.
 fn write_mem_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {

@@ -30,6 +30,17 @@ pub struct ProcEntry {
     /// On-CPU ns since ebee-top first saw the process.
     pub total_ns: u64,
     pub burst: Burst,
+    /// Run-queue wait per 10 ms cell (each interval's wait spread evenly over its cells, the
+    /// kernel gives one sum per interval).
+    pub wait: Burst,
+    /// Share of the last second its threads waited for a CPU (100 = one thread waiting all
+    /// the time); frozen at the exit like `cpu_pct`.
+    pub wait_pct: f64,
+    /// Disk bytes read and written per 10 ms cell, and their rates over the last second.
+    pub read: Burst,
+    pub write: Burst,
+    pub read_per_s: f64,
+    pub write_per_s: f64,
     /// `end_ns` of the last interval that charged it.
     pub last_charged_ns: u64,
     /// `end_ns` of the interval it exited in.
@@ -41,6 +52,39 @@ pub struct ProcEntry {
 impl ProcEntry {
     pub fn exited(&self) -> bool {
         self.exited_ns.is_some()
+    }
+
+    /// The oldest cell of any of its histories.
+    pub(super) fn first_cell(&self) -> Option<u64> {
+        [&self.burst, &self.wait, &self.read, &self.write]
+            .into_iter()
+            .filter_map(Burst::first_cell)
+            .min()
+    }
+
+    /// Update the rates over the last second (cells `first..=now`, `span_ns` long); false when
+    /// all of them are 0 again.
+    pub(super) fn last_second(&mut self, first: u64, now: u64, span_ns: u64) -> bool {
+        let (cpu, wait) = (self.burst.sum(first, now), self.wait.sum(first, now));
+        let (read, write) = (self.read.sum(first, now), self.write.sum(first, now));
+        let span = span_ns as f64;
+        self.cpu_pct = cpu as f64 * 100.0 / span;
+        self.wait_pct = wait as f64 * 100.0 / span;
+        self.read_per_s = read as f64 * 1e9 / span;
+        self.write_per_s = write as f64 * 1e9 / span;
+        cpu | wait | read | write != 0
+    }
+
+    /// Drop every history cell before `first_kept`.
+    pub(super) fn trim(&mut self, first_kept: u64) {
+        for b in [
+            &mut self.burst,
+            &mut self.wait,
+            &mut self.read,
+            &mut self.write,
+        ] {
+            b.trim(first_kept);
+        }
     }
 
     /// What the table shows as the command: the command line, or `[comm]` for kernel

@@ -22,11 +22,30 @@ impl ProcTable {
             && c < first_kept
         {
             self.oldest.pop_first();
+            self.indexed.remove(&k);
             if let Some(e) = self.entries.get_mut(&k) {
-                e.burst.trim(first_kept);
-                if let Some(c) = e.burst.first_cell() {
+                e.trim(first_kept);
+                if let Some(c) = e.first_cell() {
                     self.oldest.insert((c, k));
+                    self.indexed.insert(k, c);
                 }
+            }
+        }
+    }
+
+    /// File `key` in `oldest` under its oldest cell now (after a charge added history).
+    pub(super) fn reindex(&mut self, key: ProcKey) {
+        let Some(c) = self.entries.get(&key).and_then(ProcEntry::first_cell) else {
+            return;
+        };
+        match self.indexed.insert(key, c) {
+            Some(old) if old == c => {}
+            Some(old) => {
+                self.oldest.remove(&(old, key));
+                self.oldest.insert((c, key));
+            }
+            None => {
+                self.oldest.insert((c, key));
             }
         }
     }
@@ -96,10 +115,9 @@ impl ProcTable {
                 self.parked.insert(k);
                 continue;
             }
-            if let Some(e) = self.entries.remove(&k) {
-                if let Some(c) = e.burst.first_cell() {
-                    self.oldest.remove(&(c, k));
-                }
+            self.entries.remove(&k);
+            if let Some(c) = self.indexed.remove(&k) {
+                self.oldest.remove(&(c, k));
             }
             self.warm.remove(&k);
             if let Some(at) = self.due_of.remove(&k) {

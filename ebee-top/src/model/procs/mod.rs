@@ -22,6 +22,7 @@ use crate::batch::{Batch, ProcInfo};
 
 pub use burst::Burst;
 pub use entry::{ProcEntry, ProcKey};
+pub use ranking::Order;
 
 /// Width of one history cell.
 pub const CELL_NS: u64 = 10_000_000;
@@ -57,8 +58,10 @@ pub struct ProcTable {
     /// Live entries whose CPU% may be non-zero: charged since their last second was last seen
     /// empty. Every other live entry's CPU% is 0.
     warm: HashSet<ProcKey>,
-    /// (oldest history cell, entry) of every entry with history, to trim only what is due.
+    /// (oldest history cell, entry) of every entry with history, to trim only what is due,
+    /// and the cell each entry is filed under there.
     oldest: BTreeSet<(u64, ProcKey)>,
+    indexed: HashMap<ProcKey, u64>,
     /// (time to look at it again, entry): when it will have been idle for a minute or exited
     /// for a while. A charge makes that later; rather than move the entry on every charge, it
     /// is looked at on the old time and put back (see `forget_due`), at most once a minute.
@@ -142,22 +145,32 @@ impl ProcTable {
             };
             let cells = self.spread(b, &r.bins, r.ns, interval);
             if let Some(e) = self.entries.get_mut(&key) {
-                let had_history = !e.burst.is_empty();
                 e.last_ns = r.ns;
                 e.total_ns += r.ns;
-                e.last_charged_ns = b.end_ns;
                 for (c, ns) in cells {
                     e.burst.add(c, ns);
                 }
-                if !had_history && let Some(c) = e.burst.first_cell() {
-                    self.oldest.insert((c, key));
-                }
                 self.charged.push(key);
-                self.warm.insert(key);
-                // Already queued: the old time is earlier, the entry is put back then.
-                if !self.due_of.contains_key(&key) {
-                    self.schedule(key);
+                self.charged_now(key, b.end_ns);
+            }
+        }
+        // Waits and disk bytes: one sum per interval each, spread over the interval's cells.
+        for (pid, wait, read, write) in b
+            .wait
+            .iter()
+            .map(|w| (w.pid, w.ns, 0, 0))
+            .chain(b.io.iter().map(|r| (r.pid, 0, r.read_bytes, r.write_bytes)))
+        {
+            let key = self.key_of(pid, b.end_ns);
+            let cells = |v: u64| self.spread(b, &[], v, interval);
+            let (w, rd, wr) = (cells(wait), cells(read), cells(write));
+            if let Some(e) = self.entries.get_mut(&key) {
+                for (hist, cells) in [(&mut e.wait, w), (&mut e.read, rd), (&mut e.write, wr)] {
+                    for (c, v) in cells {
+                        hist.add(c, v);
+                    }
                 }
+                self.charged_now(key, b.end_ns);
             }
         }
         for pid in &b.pinned {
@@ -190,9 +203,7 @@ impl ProcTable {
                 // Frozen at the exit.
                 return false;
             }
-            let sum = e.burst.sum(pct_first, now_cell);
-            e.cpu_pct = sum as f64 * 100.0 / span as f64;
-            sum != 0
+            e.last_second(pct_first, now_cell, span)
         });
         for ex in &b.exits {
             if let Some(k) = self.current.get(&ex.pid).copied()
@@ -204,6 +215,34 @@ impl ProcTable {
             }
         }
         self.forget_due();
+    }
+
+    /// The newest process with `pid`, made from the pid alone if unknown.
+    fn key_of(&mut self, pid: u32, end_ns: u64) -> ProcKey {
+        match self.current.get(&pid) {
+            Some(k) => *k,
+            None => self.info_for(
+                &ProcInfo {
+                    pid,
+                    ..Default::default()
+                },
+                end_ns,
+            ),
+        }
+    }
+
+    /// `key` was charged in the interval that ended at `end_ns`: its rates may be non-zero,
+    /// its history may have a new oldest cell, and it is not idle.
+    fn charged_now(&mut self, key: ProcKey, end_ns: u64) {
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.last_charged_ns = end_ns;
+        }
+        self.warm.insert(key);
+        self.reindex(key);
+        // Already queued: the old time is earlier, the entry is put back then.
+        if !self.due_of.contains_key(&key) {
+            self.schedule(key);
+        }
     }
 
     pub fn get(&self, key: &ProcKey) -> Option<&ProcEntry> {

@@ -1,22 +1,34 @@
 //! The table's order: pinned processes first, then the heaviest by CPU% (or by resident
-//! memory), filtered by name, command line or pid.
+//! memory, run-queue wait or disk I/O), filtered by name, command line or pid.
 
 use super::{ProcEntry, ProcTable};
+
+/// What the rest of the table is ranked by, after the pinned processes.
+#[derive(Clone, Copy)]
+pub enum Order<F> {
+    /// CPU% over the last second.
+    Cpu,
+    /// Resident memory, from `F` (a process without a known RSS ranks after those with one).
+    Rss(F),
+    /// WAIT% over the last second, then CPU%.
+    Wait,
+    /// Disk bytes read and written per second, then CPU%.
+    Io,
+}
 
 impl ProcTable {
     /// The `k` heaviest by CPU% (then pid), plus every pinned one, pinned first. Exited
     /// processes rank by the CPU they used before they ended.
     pub fn ranked(&self, k: usize, filter: &str) -> Vec<&ProcEntry> {
-        self.ranked_by(k, filter, None::<fn(u32) -> Option<u64>>)
+        self.ranked_by(k, filter, Order::<fn(u32) -> Option<u64>>::Cpu)
     }
 
-    /// As `ranked`, or by resident memory (`rss` of a pid, largest first) when given; a
-    /// process without a known RSS then ranks by CPU after those with one.
+    /// As `ranked`, by `order`; ties go to CPU%, then the last interval's CPU, then the key.
     pub fn ranked_by(
         &self,
         k: usize,
         filter: &str,
-        rss: Option<impl Fn(u32) -> Option<u64>>,
+        order: Order<impl Fn(u32) -> Option<u64>>,
     ) -> Vec<&ProcEntry> {
         let f = filter.to_lowercase();
         let matches = |e: &ProcEntry| {
@@ -24,6 +36,10 @@ impl ProcTable {
                 || e.key.pid.to_string() == f
                 || e.comm.to_lowercase().contains(&f)
                 || e.cmdline.to_lowercase().contains(&f)
+        };
+        let rss = |e: &ProcEntry| match &order {
+            Order::Rss(f) if !e.exited() => f(e.key.pid),
+            _ => None,
         };
         let mut pinned: Vec<&ProcEntry> = self
             .entries
@@ -39,16 +55,23 @@ impl ProcTable {
                 e.cpu_pct > 0.0
                     || e.last_ns > 0
                     || e.exited()
-                    || rss.as_ref().is_some_and(|f| f(e.key.pid).is_some())
+                    || e.wait_pct > 0.0
+                    || e.read_per_s + e.write_per_s > 0.0
+                    || rss(e).is_some()
             })
             .collect();
-        let mem = |e: &ProcEntry| match (&rss, e.exited()) {
-            (Some(f), false) => f(e.key.pid).unwrap_or(0),
-            _ => 0,
+        // The primary measure, as a float so that one comparison serves all four.
+        let primary = |e: &ProcEntry| -> f64 {
+            match &order {
+                Order::Cpu => 0.0,
+                Order::Rss(_) => rss(e).unwrap_or(0) as f64,
+                Order::Wait => e.wait_pct,
+                Order::Io => e.read_per_s + e.write_per_s,
+            }
         };
         rest.sort_by(|a, b| {
-            mem(b)
-                .cmp(&mem(a))
+            primary(b)
+                .total_cmp(&primary(a))
                 .then(b.cpu_pct.total_cmp(&a.cpu_pct))
                 .then(b.last_ns.cmp(&a.last_ns))
                 .then(a.key.cmp(&b.key))

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::batch::wait::{IoRow, WaitRow};
 use crate::batch::{CpuRow, Exit};
 
 impl ProcTable {
@@ -39,6 +40,24 @@ impl ProcTable {
                 }
             }
         }
+        for (pid, wait, read, write) in b
+            .wait
+            .iter()
+            .map(|w| (w.pid, w.ns, 0, 0))
+            .chain(b.io.iter().map(|r| (r.pid, 0, r.read_bytes, r.write_bytes)))
+        {
+            let key = self.key_of(pid, b.end_ns);
+            let cells = |v: u64| self.spread(b, &[], v, interval);
+            let (w, rd, wr) = (cells(wait), cells(read), cells(write));
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.last_charged_ns = b.end_ns;
+                for (hist, cells) in [(&mut e.wait, w), (&mut e.read, rd), (&mut e.write, wr)] {
+                    for (c, v) in cells {
+                        hist.add(c, v);
+                    }
+                }
+            }
+        }
         for pid in &b.pinned {
             if let Some(e) = self.current.get(pid).and_then(|k| self.entries.get_mut(k)) {
                 e.kernel_pinned = true;
@@ -48,15 +67,15 @@ impl ProcTable {
         let first_kept = (now_cell + 1).saturating_sub(HISTORY_CELLS);
         let pct_first = (now_cell + 1).saturating_sub(CPU_PCT_SPAN_NS / CELL_NS);
         let exits: BTreeSet<u32> = b.exits.iter().map(|e| e.pid).collect();
+        let span = CPU_PCT_SPAN_NS.min(
+            self.now_ns
+                .saturating_sub(self.anchor.unwrap_or(0))
+                .max(CELL_NS),
+        );
         for e in self.entries.values_mut() {
-            e.burst.trim(first_kept);
+            e.trim(first_kept);
             if e.exited_ns.is_none() {
-                e.cpu_pct = e.burst.sum(pct_first, now_cell) as f64 * 100.0
-                    / (CPU_PCT_SPAN_NS.min(
-                        self.now_ns
-                            .saturating_sub(self.anchor.unwrap_or(0))
-                            .max(CELL_NS),
-                    )) as f64;
+                e.last_second(pct_first, now_cell, span);
             }
         }
         for pid in exits {
@@ -260,6 +279,8 @@ struct Step {
     kernel_pinned: Vec<u32>,
     /// Pins the user toggles before the Batch: (pid, generation).
     toggles: Vec<(u32, u64)>,
+    /// Waits and disk bytes charged: (pid, wait ns, read bytes, written bytes).
+    waits: Vec<(u32, u64, u64, u64)>,
 }
 
 fn step() -> impl proptest::strategy::Strategy<Value = Step> {
@@ -281,9 +302,18 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
         proptest::collection::vec(0u32..12, 0..2),
         proptest::collection::vec(0u32..12, 0..2),
         proptest::collection::vec((0u32..12, 0u64..3), 0..2),
+        proptest::collection::vec(
+            (
+                0u32..12,
+                0u64..80_000_000,
+                prop_oneof![3 => Just(0u64), 1 => 0u64..1 << 24],
+                prop_oneof![3 => Just(0u64), 1 => 0u64..1 << 24],
+            ),
+            0..4,
+        ),
     )
         .prop_map(
-            |(gap_ms, len_ms, phase_ms, cpu, named, exits, kernel_pinned, toggles)| Step {
+            |(gap_ms, len_ms, phase_ms, cpu, named, exits, kernel_pinned, toggles, waits)| Step {
                 gap_ms,
                 len_ms,
                 phase_ms,
@@ -292,6 +322,7 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
                 exits,
                 kernel_pinned,
                 toggles,
+                waits,
             },
         )
 }
@@ -299,7 +330,8 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
     /// The incremental fold leaves the same table as visiting every entry on every Batch:
-    /// charges, reused pids, exits, pins of both kinds, idle minutes, interval changes.
+    /// charges, waits and disk bytes, reused pids, exits, pins of both kinds, idle minutes,
+    /// interval changes.
     #[test]
     fn incremental_ingest_equals_the_full_walk(
         steps in proptest::collection::vec(step(), 1..80),
@@ -343,6 +375,22 @@ proptest::proptest! {
                     .map(|&pid| Exit { pid, ts_ns: t })
                     .collect(),
                 pinned: st.kernel_pinned.clone(),
+                wait: st
+                    .waits
+                    .iter()
+                    .filter(|w| w.1 > 0)
+                    .map(|&(pid, ns, _, _)| WaitRow { pid, ns })
+                    .collect(),
+                io: st
+                    .waits
+                    .iter()
+                    .filter(|w| w.2 + w.3 > 0)
+                    .map(|&(pid, _, read_bytes, write_bytes)| IoRow {
+                        pid,
+                        read_bytes,
+                        write_bytes,
+                    })
+                    .collect(),
                 ..Default::default()
             };
             for &(pid, g) in &st.toggles {
