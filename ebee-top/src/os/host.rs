@@ -17,6 +17,26 @@ pub struct HostInfo {
     pub cpu_busy_pct: Option<f64>,
     pub mem_total_kib: u64,
     pub mem_avail_kib: u64,
+    /// Pressure stall information, `some` avg10 (% of the last 10 s in which at least one task
+    /// was stalled) for CPU, I/O and memory; None where the kernel has no PSI.
+    pub psi: Option<Psi>,
+}
+
+/// PSI `some avg10` of the three resources, in percent.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Psi {
+    pub cpu: f32,
+    pub io: f32,
+    pub memory: f32,
+}
+
+/// PSI from /proc/pressure, when the kernel has it (CONFIG_PSI, not disabled at boot).
+fn psi() -> Option<Psi> {
+    Some(Psi {
+        cpu: procfs::CpuPressure::current().ok()?.some.avg10,
+        io: procfs::IoPressure::current().ok()?.some.avg10,
+        memory: procfs::MemoryPressure::current().ok()?.some.avg10,
+    })
 }
 
 /// Reads HostInfo; keeps the previous /proc/stat totals for the CPU share.
@@ -77,6 +97,7 @@ impl HostReader {
             cpu_busy_pct: busy,
             mem_total_kib,
             mem_avail_kib,
+            psi: psi(),
         }
     }
 }
@@ -131,5 +152,12 @@ mod tests {
         let mut r = HostReader::new();
         let h = r.read();
         assert!(!h.kernel.is_empty() && h.mem_total_kib > 0);
+        // This kernel has PSI (TOOLCHAIN.md); each share is a percentage.
+        let p = h.psi.expect("/proc/pressure");
+        assert!(
+            [p.cpu, p.io, p.memory]
+                .iter()
+                .all(|v| (0.0..=100.0).contains(v))
+        );
     }
 }

@@ -59,6 +59,19 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     if let Some(b) = m.latest() {
         first.push(Span::raw(format!("  {}", crate::time::fmt_wall(b.t_ms))));
     }
+    // The host's pressure (PSI some avg10), where the kernel has it and the line has room.
+    if let Some(p) = app.host.as_ref().and_then(|h| h.psi) {
+        let psi = format!("  psi cpu {:.1} io {:.1} mem {:.1}", p.cpu, p.io, p.memory);
+        let used: usize = first.iter().map(|s| s.content.chars().count()).sum();
+        if used + psi.len() <= usize::from(area.width) {
+            let busy = p.cpu.max(p.io).max(p.memory) >= 10.0;
+            first.push(if busy {
+                Span::styled(psi, c.warn())
+            } else {
+                Span::raw(psi)
+            });
+        }
+    }
     if app.paused {
         first.push(Span::styled("  [paused]", c.warn()));
     }

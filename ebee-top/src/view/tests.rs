@@ -47,6 +47,7 @@ fn host() -> HostInfo {
         cpu_busy_pct: Some(37.5),
         mem_total_kib: 24 * 1024 * 1024,
         mem_avail_kib: 20 * 1024 * 1024,
+        psi: None,
     }
 }
 
@@ -447,4 +448,28 @@ fn waits_and_disk_io_columns_and_sorts() {
     assert!(row(" 301 ").contains("100M"), "{t}");
     assert!(row(" 300 ").contains(" 80.0"), "{t}");
     insta::assert_snapshot!("waits_and_io_130x30", t);
+}
+
+/// The host's pressure goes on the first line when it fits, and is left out when it does not.
+#[test]
+fn pressure_in_the_header_when_it_fits() {
+    let mut a = one_process();
+    a.host = Some(HostInfo {
+        psi: Some(crate::os::host::Psi {
+            cpu: 12.5,
+            io: 0.3,
+            memory: 0.0,
+        }),
+        ..host()
+    });
+    let wide = text(&a, 120, 30);
+    assert!(
+        wide.lines()
+            .next()
+            .unwrap()
+            .contains("psi cpu 12.5 io 0.3 mem 0.0"),
+        "{wide}"
+    );
+    let narrow = text(&a, 80, 24);
+    assert!(!narrow.contains("psi"), "{narrow}");
 }
