@@ -44,6 +44,7 @@ mod pod {
         crate::qos::QosCpu,
         crate::qos::Conn,
         crate::qos::Offsets,
+        crate::qos::RunqStat,
         crate::wait::WaitSlot,
         crate::wait::IoSlot,
         crate::wait::WaitSketch,
@@ -76,6 +77,7 @@ pub mod map_names {
     pub const QOS_PIN_BITS: &str = "QOS_PIN_BITS";
     pub const QOS_OPEN: &str = "QOS_OPEN";
     pub const QOS_PORTS: &str = "QOS_PORTS";
+    pub const QOS_RUNQ: &str = "QOS_RUNQ";
     pub const MEM_CPU: &str = "MEM_CPU";
     pub const MEM_SKETCH: &str = "MEM_SKETCH";
     pub const MEM_SHADOW0: &str = "MEM_SHADOW0";

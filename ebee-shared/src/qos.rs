@@ -263,6 +263,29 @@ pub struct PinStat {
     pub req_hist: Hist,
 }
 
+/// Per pinned process per interval: its threads' run-queue waits, one for each time a thread
+/// got a CPU (`QOS_RUNQ`, index `parity * MAX_PINS + slot`). Written by `sched_switch` on
+/// whichever CPU the thread leaves (see `ebee_shared::wait`), so with atomic adds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RunqStat {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub hist: Hist,
+}
+
+impl Default for RunqStat {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            total_ns: 0,
+            max_ns: 0,
+            hist: Hist::default(),
+        }
+    }
+}
+
 /// Per pinned process, across intervals (`QOS_PIN_STATE`, index `slot`): the next free
 /// histogram, and the descriptor epoch. Reset by userspace whenever the slot is given to a
 /// process.

@@ -142,6 +142,12 @@ pub static QOS_CONNS: LruHashMap<u64, ebee_shared::qos::Conn> =
 #[map]
 pub static QOS_PORTS: Array<u64> = Array::with_max_entries(ebee_shared::qos::PORT_WORDS, 0);
 
+/// Run-queue waits of pinned processes' threads, index `parity * MAX_PINS + slot` (written
+/// from `sched_switch` on any CPU, with atomic adds).
+#[map]
+pub static QOS_RUNQ: Array<ebee_shared::qos::RunqStat> =
+    Array::with_max_entries((2 * ebee_shared::qos::MAX_PINS) as u32, 0);
+
 /// Kernel struct offsets for the request model (set by the loader from BTF).
 #[unsafe(no_mangle)]
 pub static QOS_OFFSETS: ebee_shared::qos::Offsets = ebee_shared::qos::Offsets {

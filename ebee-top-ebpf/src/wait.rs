@@ -71,6 +71,13 @@ pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<
         }
         return Ok(());
     };
+    if o.wait_valid != 0
+        && let Some((slot, _)) = crate::qos::pinned(tgid)?
+    {
+        // A pinned process: this wait goes to its run-queue histogram too (0 included: the
+        // thread got the CPU at once).
+        crate::qos::runq::record(parity, slot, d.wait_ns)?;
+    }
     if d.wait_ns != 0 {
         let sk = present(WAIT_SKETCH.get_ptr_mut(parity))?;
         // SAFETY: as above.

@@ -94,6 +94,18 @@ pub fn schedstat_wait_ns(pid: u32) -> Option<u64> {
     Some(total)
 }
 
+/// Times a whole process's threads got a CPU: the sum of /proc/PID/task/*/schedstat field 3
+/// (`pcount`, timeslices run), one per run-queue wait the kernel counted.
+pub fn schedstat_runs(pid: u32) -> Option<u64> {
+    let mut total = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let t = t.ok()?;
+        let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        total += s.split_whitespace().nth(2)?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
 /// `read_bytes` and `write_bytes` of /proc/PID/io: the bytes the process (all its threads,
 /// dead ones included) had the block layer read and write.
 pub fn proc_io(pid: u32) -> Option<(u64, u64)> {

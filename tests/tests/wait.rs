@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use ebee_tests::{Proc, bin, load, privileged, proc_io, schedstat_wait_ns};
+use ebee_tests::{Proc, bin, load, privileged, proc_io, schedstat_runs, schedstat_wait_ns};
 use ebee_top::probes::{ProbeConfig, Probes, RawInterval};
 
 const TICK: Duration = Duration::from_millis(50);
@@ -305,4 +305,81 @@ fn sketches_equal_exact_shadows_when_nothing_is_evicted() {
         "only {compared} intervals had waits to compare"
     );
     assert!(with_io >= 1, "no interval had disk I/O to compare");
+}
+
+/// A pinned process's run-queue waits, one per time a thread got a CPU: as many as the
+/// timeslices /proc/PID/schedstat counts, and together as long as its run_delay grew.
+#[test]
+fn a_pinned_process_run_queue_waits_match_schedstat() {
+    if !privileged("a_pinned_process_run_queue_waits_match_schedstat") {
+        return;
+    }
+    let _hogs: Vec<Proc> = (0..2)
+        .map(|_| on_cpu1(0, &["burn", "--duty", "1.0", "--seconds", "10"]))
+        .collect();
+    let victim = on_cpu1(
+        0,
+        &[
+            "burn",
+            "--duty",
+            "0.3",
+            "--period-ms",
+            "5",
+            "--seconds",
+            "10",
+        ],
+    );
+    let pid = victim.pid();
+    let mut p = probes(ProbeConfig::default());
+    p.set_pins(&[pid]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Two drains: the first interval after the pin may hold a thread's first sighting.
+    p.drain().unwrap();
+    let (runs0, wait0) = (
+        schedstat_runs(pid).unwrap(),
+        schedstat_wait_ns(pid).unwrap(),
+    );
+    p.drain().unwrap();
+    let (mut count, mut total, mut max) = (0u64, 0u64, 0u64);
+    let n = 40;
+    let (mut runs1, mut wait1) = (runs0, wait0);
+    for i in 0..n {
+        std::thread::sleep(TICK);
+        if i == n - 1 {
+            (runs1, wait1) = (
+                schedstat_runs(pid).unwrap(),
+                schedstat_wait_ns(pid).unwrap(),
+            );
+        }
+        let raw = p.drain().unwrap();
+        let q = raw
+            .qos
+            .iter()
+            .find(|q| q.pid == pid)
+            .expect("the pinned process");
+        count += q.runq.count;
+        total += q.runq.total_ns;
+        max = max.max(q.runq.max_ns);
+        assert_eq!(
+            q.runq
+                .hist
+                .buckets
+                .iter()
+                .map(|&c| u64::from(c))
+                .sum::<u64>(),
+            q.runq.count,
+            "every wait is in the histogram"
+        );
+    }
+    let (runs, wait) = (runs1 - runs0, wait1 - wait0);
+    assert!(runs > 100, "only {runs} timeslices: no contention?");
+    assert!(
+        within(count, runs, 0.02),
+        "{count} waits recorded against schedstat's {runs} timeslices"
+    );
+    assert!(
+        within(total, wait, 0.02),
+        "{total} ns of recorded waits against schedstat's run_delay growth of {wait} ns"
+    );
+    assert!(max > 0 && max <= wait);
 }

@@ -14,6 +14,7 @@
 
 mod latency;
 mod request;
+pub(crate) mod runq;
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::btf_tracepoint, programs::BtfTracePointContext,
@@ -28,7 +29,7 @@ use crate::{atomic_fetch_add, present, store_release_x86};
 
 /// The pin slot and generation of `tgid`, if it is pinned.
 #[inline(always)]
-fn pinned(tgid: u32) -> Result<Option<(u32, u32)>, i64> {
+pub(crate) fn pinned(tgid: u32) -> Result<Option<(u32, u32)>, i64> {
     // The bitmap first: every syscall of every process comes here, and for all but the
     // pinned ones one word and one bit settle it. A bit set for a pin being removed only
     // sends the call on to the table, which is the truth.

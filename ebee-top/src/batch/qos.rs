@@ -39,6 +39,20 @@ pub struct QosSample {
     pub other_hist: SparseHist,
     pub requests: RequestSample,
     pub lost: QosLost,
+    /// Its threads' run-queue waits: one for each time a thread got a CPU.
+    pub runq: RunqSample,
+}
+
+/// Run-queue waits of one pinned process in one interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunqSample {
+    /// Waits recorded (times one of its threads got a CPU after a switch-out seen before).
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// Their histogram (the kernel's log-linear buckets).
+    pub hist: SparseHist,
 }
 
 /// One syscall number of one process in one interval.

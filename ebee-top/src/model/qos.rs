@@ -44,6 +44,12 @@ pub struct QosStats {
     pub p999_us: Option<f64>,
     pub max_us: Option<f64>,
     pub mean_us: Option<f64>,
+    /// Run-queue waits of its threads (each time one got a CPU): how many, p50, p99 and the
+    /// maximum, µs; None without any.
+    pub runq_waits: u64,
+    pub runq_p50_us: Option<f64>,
+    pub runq_p99_us: Option<f64>,
+    pub runq_max_us: Option<f64>,
 }
 
 /// One syscall of a process over the window.
@@ -163,6 +169,8 @@ struct WindowSums {
     req_total_ns: u64,
     req_hist: Dense,
     all_hist: Dense,
+    runq: u64,
+    runq_hist: Dense,
     sys: BTreeMap<u32, SysSum>,
     recvs: u64,
     sends_idle: u64,
@@ -201,6 +209,8 @@ impl WindowSums {
         f(&mut self.unmatched, s.lost.unmatched);
         f(&mut self.hist_full, s.lost.hist_full);
         f(&mut self.conn_full, s.lost.conn_full);
+        f(&mut self.runq, s.runq.count);
+        self.runq_hist.add(&s.runq.hist, sign);
     }
 }
 
@@ -364,6 +374,13 @@ impl QosModel {
                 .max()
                 .map(us);
         }
+        if w.runq > 0 {
+            let [p50, _, p99, _] = percentiles(&w.runq_hist);
+            window.runq_waits = w.runq;
+            window.runq_p50_us = p50;
+            window.runq_p99_us = p99;
+            window.runq_max_us = p.window.iter().map(|i| i.sample.runq.max_ns).max().map(us);
+        }
         let total_sys_ns: u64 = w.sys.values().map(|s| s.total_ns).sum();
         let mut top: Vec<SyscallRow> = w
             .sys
@@ -513,6 +530,15 @@ fn interval_stats(s: &QosSample, len_ns: u64) -> QosStats {
         st.p999_us = p999;
         st.max_us = Some(us(r.max_ns));
         st.mean_us = Some(us(r.total_ns) / r.requests as f64);
+    }
+    if s.runq.count > 0 {
+        let mut d = Dense::default();
+        d.add(&s.runq.hist, 1);
+        let [p50, _, p99, _] = percentiles(&d);
+        st.runq_waits = s.runq.count;
+        st.runq_p50_us = p50;
+        st.runq_p99_us = p99;
+        st.runq_max_us = Some(us(s.runq.max_ns));
     }
     st
 }

@@ -104,6 +104,16 @@ pub fn render(app: &App, t: &Theme, pid: u32, f: &mut Frame, area: Rect) {
         return;
     }
     lines.push(Line::from(stats_line("last", &v.interval)));
+    // How long its threads waited for a CPU each time they got one, over the window.
+    if v.window.runq_waits > 0 {
+        lines.push(Line::from(format!(
+            "runq  p50 {}  p99 {}  max {}  ({} waits)",
+            opt_us(v.window.runq_p50_us),
+            opt_us(v.window.runq_p99_us),
+            opt_us(v.window.runq_max_us),
+            v.window.runq_waits
+        )));
+    }
     let h = m.qos.history(pid);
     let n = w.saturating_sub(7);
     let mut sparks: Vec<(&str, Vec<f64>)> = Vec::new();

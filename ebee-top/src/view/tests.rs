@@ -473,3 +473,40 @@ fn pressure_in_the_header_when_it_fits() {
     let narrow = text(&a, 80, 24);
     assert!(!narrow.contains("psi"), "{narrow}");
 }
+
+/// A pinned process whose threads wait for a CPU: the QoS pane says how long, each time.
+#[test]
+fn the_qos_pane_shows_run_queue_waits() {
+    let mut a = app();
+    let srv = proc(812, "redis-server", "/usr/bin/redis-server 127.0.0.1:6379");
+    a.model.table.pin_pid(812);
+    for seq in 1..=20 {
+        let mut b = batch(seq, &[(812, [MS; 5])], std::slice::from_ref(&srv));
+        b.pinned = vec![812];
+        let mut s = qos_sample(812, false);
+        // 90 waits of about 20 us and 10 of about 2 ms per interval.
+        s.runq = crate::batch::qos::RunqSample {
+            count: 100,
+            total_ns: 90 * 20_000 + 10 * 2_000_000,
+            max_ns: 2_100_000,
+            hist: vec![
+                (ebee_shared::qos::bucket(20_000) as u16, 90),
+                (ebee_shared::qos::bucket(2_000_000) as u16, 10),
+            ],
+        };
+        b.qos = QosBatch {
+            procs: vec![s],
+            request_model: true,
+            ..Default::default()
+        };
+        a.update(Msg::Batch(Box::new(b)));
+    }
+    let t = text(&a, 160, 50);
+    let line = t.lines().find(|l| l.contains("runq")).unwrap_or_default();
+    assert!(line.contains("p50 20."), "{t}");
+    assert!(
+        line.contains("p99 2.0") && line.contains("max 2.10ms"),
+        "{t}"
+    );
+    assert!(line.contains("(2000 waits)"), "{t}");
+}

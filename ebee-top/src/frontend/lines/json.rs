@@ -79,6 +79,9 @@ struct JsonQosStats {
     p99_us: Option<f64>,
     p999_us: Option<f64>,
     max_us: Option<f64>,
+    runq_p50_us: Option<f64>,
+    runq_p99_us: Option<f64>,
+    runq_max_us: Option<f64>,
 }
 
 impl From<&QosStats> for JsonQosStats {
@@ -92,6 +95,9 @@ impl From<&QosStats> for JsonQosStats {
             p99_us: s.p99_us.map(r2),
             p999_us: s.p999_us.map(r2),
             max_us: s.max_us.map(r2),
+            runq_p50_us: s.runq_p50_us.map(r2),
+            runq_p99_us: s.runq_p99_us.map(r2),
+            runq_max_us: s.runq_max_us.map(r2),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use ebee_shared::qos::{BUCKETS, MAX_PINS, NR_SLOTS, PinStat, SYS_HISTS, SysStat};
+use ebee_shared::qos::{BUCKETS, MAX_PINS, NR_SLOTS, PinStat, RunqStat, SYS_HISTS, SysStat};
 
 use super::super::{ProbeError, classify};
 use super::{QosProbes, QosRaw};
@@ -53,12 +53,20 @@ impl QosProbes {
             m.pin
                 .write(k, &vec![PinStat::default(); m.pin.copies()])
                 .map_err(classify("clearing QOS_PIN"))?;
+            let mut runq = [RunqStat::default()];
+            m.runq
+                .read(k, &mut runq)
+                .map_err(classify("reading QOS_RUNQ"))?;
+            m.runq
+                .write(k, &[RunqStat::default()])
+                .map_err(classify("clearing QOS_RUNQ"))?;
             out.push(QosRaw {
                 pid: r.pid,
                 sys: fold_sys(&sys),
                 hist_idx,
                 hists,
                 pin: Box::new(fold_pin(&pin)),
+                runq: Box::new(runq[0]),
                 last: r.last,
                 exited: r.exited,
             });

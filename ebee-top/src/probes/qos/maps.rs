@@ -11,7 +11,7 @@ use ebee_shared::{
     map_names as n,
     qos::{
         BUCKETS, HistIdx, HistTable, MAX_PINS, NR_SLOTS, OPEN_SLOTS, OpenStacks, PIN_BIT_WORDS,
-        PORT_WORDS, PinStat, PinState, PinTable, QosCpu, SYS_HISTS, SysStat, SysTable,
+        PORT_WORDS, PinStat, PinState, PinTable, QosCpu, RunqStat, SYS_HISTS, SysStat, SysTable,
     },
 };
 
@@ -28,6 +28,8 @@ pub(super) struct QosMaps {
     pub(super) sys: RawArray<SysTable>,
     pub(super) hist: RawArray<HistTable>,
     pub(super) pin: RawArray<PinStat>,
+    /// Run-queue waits, per interval parity and slot (not per CPU: atomic adds).
+    pub(super) runq: RawArray<RunqStat>,
     /// Per slot.
     pub(super) hist_idx: RawArray<HistIdx>,
     pin_state: Array<MapData, PinState>,
@@ -52,6 +54,7 @@ impl QosMaps {
             hist: raw(ebpf, n::QOS_HIST, ncpus)?,
             hist_idx: raw(ebpf, n::QOS_HIST_IDX, ncpus)?,
             pin: raw(ebpf, n::QOS_PIN, ncpus)?,
+            runq: raw(ebpf, n::QOS_RUNQ, ncpus)?,
             pin_state: take_map(ebpf, n::QOS_PIN_STATE, Array::try_from)?,
             open: raw(ebpf, n::QOS_OPEN, ncpus)?,
             cpu: take_map(ebpf, n::QOS_CPU, PerCpuArray::try_from)?,
@@ -101,6 +104,9 @@ impl QosMaps {
             self.pin
                 .write(k, &zero_pin)
                 .map_err(classify("clearing QOS_PIN"))?;
+            self.runq
+                .write(k, &[RunqStat::default()])
+                .map_err(classify("clearing QOS_RUNQ"))?;
         }
         self.hist_idx
             .write(i, &vec![0u64; NR_SLOTS])

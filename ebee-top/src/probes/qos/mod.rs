@@ -15,7 +15,7 @@ use aya::{
 };
 use ebee_shared::{
     prog_names,
-    qos::{BUCKETS, MAX_PINS, Offsets, PinStat, SYS_HISTS, SysStat},
+    qos::{BUCKETS, MAX_PINS, Offsets, PinStat, RunqStat, SYS_HISTS, SysStat},
 };
 
 use super::{ProbeError, classify};
@@ -43,6 +43,8 @@ pub struct QosRaw {
     /// `SYS_HISTS` histograms of `BUCKETS` counts, back to back.
     pub hists: Vec<u32>,
     pub pin: Box<PinStat>,
+    /// Its threads' run-queue waits (each time one got a CPU).
+    pub runq: Box<RunqStat>,
     /// The pin ended (unpinned or exited): this is its last interval.
     pub last: bool,
     /// The process exited (with `last`).

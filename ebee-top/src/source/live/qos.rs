@@ -1,7 +1,7 @@
 //! A pinned process's raw interval from the kernel as the Batch's QoS sample (histograms as
 //! their non-empty buckets).
 
-use crate::batch::qos::{QosLost, QosSample, RequestSample, SyscallSample, sparse};
+use crate::batch::qos::{QosLost, QosSample, RequestSample, RunqSample, SyscallSample, sparse};
 use crate::probes::qos::QosRaw;
 
 /// One pinned process's raw interval as a Batch sample.
@@ -44,6 +44,12 @@ pub(super) fn qos_sample(q: &QosRaw, comm: String) -> QosSample {
             unmatched: p.unmatched,
             hist_full: p.hist_full,
             conn_full: p.conn_full,
+        },
+        runq: RunqSample {
+            count: q.runq.count,
+            total_ns: q.runq.total_ns,
+            max_ns: q.runq.max_ns,
+            hist: sparse(&q.runq.hist.buckets),
         },
     }
 }
