@@ -267,23 +267,12 @@ pub struct PinStat {
 /// got a CPU (`QOS_RUNQ`, index `parity * MAX_PINS + slot`). Written by `sched_switch` on
 /// whichever CPU the thread leaves (see `ebee_shared::wait`), so with atomic adds.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct RunqStat {
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
     pub hist: Hist,
-}
-
-impl Default for RunqStat {
-    fn default() -> Self {
-        Self {
-            count: 0,
-            total_ns: 0,
-            max_ns: 0,
-            hist: Hist::default(),
-        }
-    }
 }
 
 /// Per pinned process, across intervals (`QOS_PIN_STATE`, index `slot`): the next free
