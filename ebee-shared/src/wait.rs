@@ -19,7 +19,7 @@ use crate::hashpipe;
 /// Stages of the wait sketch.
 pub const WAIT_STAGES: usize = 4;
 /// Slots per stage of the wait sketch (a power of two).
-pub const WAIT_SLOTS: usize = 64;
+pub const WAIT_SLOTS: usize = 128;
 /// Stages of the disk I/O sketch.
 pub const IO_STAGES: usize = 4;
 /// Slots per stage of the disk I/O sketch (a power of two): few processes do disk I/O in an

@@ -10,6 +10,7 @@ mod qos;
 mod record;
 mod scale;
 mod switch;
+mod waits;
 
 use std::fmt::{self, Write as _};
 use std::process::{Child, Command, Stdio};
@@ -30,6 +31,15 @@ pub enum Which {
         /// Short-lived processes started per second.
         #[arg(long, default_value_t = 100)]
         churn: u32,
+    },
+    /// Precision@k of the run-queue wait and disk I/O sketches against their exact shadows.
+    Waits {
+        /// Processes in the CPU workload (their waits are ranked).
+        #[arg(long, default_value_t = 200)]
+        procs: u32,
+        /// Processes in the disk workload.
+        #[arg(long, default_value_t = 40)]
+        io_procs: u32,
     },
     /// Added cost per context switch of the CPU pipeline: a pipe ping-pong pinned to one CPU,
     /// with no monitor, an empty sched_switch program, ebee-top, and ebee-top with a process
@@ -85,6 +95,7 @@ pub fn run(which: Which) -> Result<()> {
     util::build_release()?;
     match which {
         Which::Precision { procs, churn } => precision::run(procs, churn),
+        Which::Waits { procs, io_procs } => waits::run(procs, io_procs),
         Which::Switch {
             rounds,
             round_trips,

@@ -11,6 +11,7 @@ mod qos;
 mod record_stats;
 mod switch;
 mod topk;
+mod wait_precision;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,12 @@ enum Cmd {
     /// Precision@k of the CPU sketch against the exact shadow, while a workload runs; plus a
     /// sweep of sketch shapes by replaying the kernel's own update trace in userspace.
     Precision {
+        #[command(flatten)]
+        sampling: Sampling,
+    },
+    /// Precision@k of the wait and disk I/O sketches against their exact shadows while a
+    /// workload runs.
+    WaitPrecision {
         #[command(flatten)]
         sampling: Sampling,
     },
@@ -102,6 +109,9 @@ fn main() {
     let r = match args.cmd {
         Cmd::Precision { sampling: s } => precision::precision(s.interval_ms, s.intervals),
         Cmd::Bursts { pid, seconds } => bursts::bursts(pid, seconds),
+        Cmd::WaitPrecision { sampling: s } => {
+            wait_precision::wait_precision(s.interval_ms, s.intervals)
+        }
         Cmd::MemPrecision { sampling: s } => {
             mem_precision::mem_precision(s.interval_ms, s.intervals)
         }

@@ -99,3 +99,63 @@ pub fn run(path: &Path, mib: u64, read: bool, direct: bool, fsync: bool) {
     let _ = std::io::stdout().flush();
     wait_line();
 }
+
+/// `procs` processes writing Zipf-skewed amounts through the page cache: process i appends
+/// about `top_kib / i^skew` KiB every 50 ms to its own file in `dir` (new pages, so every byte
+/// is dirtied and counted in `write_bytes`), starting afresh at 64 MiB; and every tenth also
+/// reads its file back, dropped from the page cache, so reads reach the disk. For `seconds`.
+pub fn io_mix(dir: &Path, procs: u32, top_kib: f64, skew: f64, seconds: f64) {
+    let stop = std::time::Instant::now() + std::time::Duration::from_secs_f64(seconds);
+    let mut children = Vec::new();
+    for i in 1..=procs {
+        let kib = (top_kib / f64::from(i).powf(skew)).max(4.0) as usize;
+        let path = dir.join(format!("iomix-{i}"));
+        // SAFETY: fork in a single-threaded process; the child only does I/O and exits.
+        match unsafe { libc::fork() } {
+            0 => {
+                io_child(&path, kib, i % 10 == 0, stop);
+                std::process::exit(0);
+            }
+            -1 => die(&std::io::Error::last_os_error()),
+            pid => children.push(pid),
+        }
+    }
+    for pid in children {
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+    }
+}
+
+fn io_child(path: &Path, kib: usize, reads: bool, stop: std::time::Instant) {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .unwrap_or_else(|e| die(&e));
+    let chunk = vec![0x5au8; kib * 1024];
+    let mut written = 0usize;
+    let mut rbuf = vec![0u8; 1 << 20];
+    while std::time::Instant::now() < stop {
+        f.write_all(&chunk).unwrap_or_else(|e| die(&e));
+        written += chunk.len();
+        if written >= 64 << 20 {
+            f.set_len(0).unwrap_or_else(|e| die(&e));
+            std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0)).unwrap_or_else(|e| die(&e));
+            written = 0;
+        }
+        if reads {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+            // SAFETY: a valid descriptor; the calls only move data and page-cache state.
+            unsafe {
+                libc::fdatasync(fd);
+                libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+                libc::pread(fd, rbuf.as_mut_ptr().cast(), rbuf.len(), 0);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_file(path);
+}

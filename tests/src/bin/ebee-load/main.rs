@@ -120,6 +120,20 @@ enum Cmd {
         #[arg(long)]
         fsync: bool,
     },
+    /// `procs` processes writing Zipf-skewed amounts through the page cache (process i about
+    /// `top_kib / i^skew` KiB every 50 ms, every tenth also reading back from disk), in `dir`,
+    /// for `seconds`.
+    IoMix {
+        dir: std::path::PathBuf,
+        #[arg(long, default_value_t = 40)]
+        procs: u32,
+        #[arg(long, default_value_t = 2048.0)]
+        top_kib: f64,
+        #[arg(long, default_value_t = 1.0)]
+        skew: f64,
+        #[arg(long)]
+        seconds: f64,
+    },
     /// Start `procs` burners with Zipf-skewed duty cycles (process i burns about
     /// `top_duty / i^skew`), plus `churn_per_s` short-lived processes per second that burn
     /// 5-20 ms each and exit.
@@ -612,6 +626,13 @@ fn main() {
             direct,
             fsync,
         } => disk::run(&path, mib, read, direct, fsync),
+        Cmd::IoMix {
+            dir,
+            procs,
+            top_kib,
+            skew,
+            seconds,
+        } => disk::io_mix(&dir, procs, top_kib, skew, seconds),
         Cmd::Mix {
             procs,
             top_duty,
