@@ -4,6 +4,7 @@
 //! Never used on a live path: live Batches come from the kernel, replayed ones from a file.
 
 use super::qos::{QosSample, RequestSample, SyscallSample};
+use super::wait::{IoRow, WaitRow, WaitStats};
 use super::{Batch, CpuRow, Dropped, Exit, MemRow, MemStats, ProcInfo};
 
 /// Builds one Batch; see [`Batch::build`].
@@ -106,9 +107,10 @@ impl BatchBuilder {
     }
 }
 
-/// A plausible 50 ms interval: `n` processes (pids from 1000) with command lines, burst bins
-/// and resident memory, an exit, a pinned process answering requests, and numbers that change
-/// with `seq`, so consecutive intervals differ the way live ones do.
+/// A plausible 50 ms interval: `n` processes (pids from 1000) with command lines, burst bins,
+/// resident memory and run-queue waits, one of them writing to disk, an exit, a pinned process
+/// answering requests, and numbers that change with `seq`, so consecutive intervals differ
+/// the way live ones do.
 pub fn plausible(seq: u64, n: u32) -> Batch {
     let start = seq * 50_000_000;
     let mut b = Batch::build(seq, start, 50_000_000)
@@ -164,6 +166,23 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
             available: true,
             events: 10 + seq,
             tracked: u64::from(n),
+            ..Default::default()
+        };
+        b.wait = (0..n)
+            .map(|i| WaitRow {
+                pid: 1000 + i,
+                ns: (u64::from(n - i) * 31_337 + seq * 7) % 20_000_000,
+            })
+            .collect();
+        b.io = vec![IoRow {
+            pid: 1000,
+            read_bytes: 4096 * (seq % 3),
+            write_bytes: 65_536 * seq,
+        }];
+        b.wait_stats = WaitStats {
+            available: true,
+            io_available: true,
+            thread_misses: seq % 2,
             ..Default::default()
         };
     })
