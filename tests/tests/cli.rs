@@ -46,17 +46,28 @@ fn json_lines_follow_the_schema() {
                 "one process on one CPU: {pct}"
             );
         }
-        // The busy child uses a whole CPU; on a shared machine another busy process can tie
-        // with it for first place, so ask for its row among the top 3 with most of a CPU.
+        // The busy child wants a whole CPU; on a shared machine others take part of it (two
+        // CPUs, four runnable processes leave it half), so ask for its row among the top 3
+        // with at least a quarter of a CPU. How exact the numbers are is the CPU tests' job,
+        // against schedstat.
         if let Some(r) = cpu
             .iter()
             .find(|r| r["pid"].as_u64() == Some(u64::from(busy.pid())))
         {
             assert_eq!(r["comm"], "ebee-load");
-            if r["cpu_pct"].as_f64().is_some_and(|p| p >= 80.0) {
+            if r["cpu_pct"].as_f64().is_some_and(|p| p >= 25.0) {
                 busy_seen += 1;
             }
+            // The waits pipeline: a number (this kernel has sched_info), not null.
+            assert!(r["wait_ns"].is_u64(), "cpu[].wait_ns: {r}");
         }
+        for key in ["wait", "io"] {
+            for r in v[key].as_array().expect("wait, io: arrays") {
+                assert!(r["pid"].is_u64() && r["comm"].is_string(), "{key}: {r}");
+            }
+        }
+        assert_eq!(v["wait_stats"]["available"], true, "wait_stats: {v}");
+        assert_eq!(v["wait_stats"]["io_available"], true);
         let d = v["dropped"].as_object().expect("dropped: object");
         for key in [
             "sketch_evicted_ns",
@@ -69,7 +80,7 @@ fn json_lines_follow_the_schema() {
     }
     assert!(
         busy_seen >= 4,
-        "the busy child was in the top 3 with most of a CPU in only {busy_seen} of 5 \
+        "the busy child was in the top 3 with a quarter of a CPU in only {busy_seen} of 5 \
          intervals:\n{out}"
     );
 }
