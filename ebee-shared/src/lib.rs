@@ -10,6 +10,7 @@ pub mod hashpipe;
 pub mod lifecycle;
 pub mod mem;
 pub mod qos;
+pub mod servers;
 pub mod wait;
 
 /// aya's `Pod` for the types userspace reads from and writes to maps.
@@ -50,7 +51,15 @@ mod pod {
         crate::wait::WaitSketch,
         crate::wait::IoSketch,
         crate::wait::ThreadSeen,
-        crate::wait::WaitOffsets
+        crate::wait::WaitOffsets,
+        crate::servers::SrvConn,
+        crate::servers::SrvSlot,
+        crate::servers::NetSlot,
+        crate::servers::SrvSketch,
+        crate::servers::NetSketch,
+        crate::servers::SrvHist,
+        crate::servers::SrvCpu,
+        crate::servers::SrvOffsets
     );
 }
 
@@ -90,6 +99,14 @@ pub mod map_names {
     pub const WAIT_SHADOW1: &str = "WAIT_SHADOW1";
     pub const IO_SHADOW0: &str = "IO_SHADOW0";
     pub const IO_SHADOW1: &str = "IO_SHADOW1";
+    pub const SRV_SKETCH: &str = "SRV_SKETCH";
+    pub const NET_SKETCH: &str = "NET_SKETCH";
+    pub const SRV_HIST: &str = "SRV_HIST";
+    pub const SRV_SLOT_OF: &str = "SRV_SLOT_OF";
+    pub const SRV_CONNS: &str = "SRV_CONNS";
+    pub const SRV_CONN_COUNT: &str = "SRV_CONN_COUNT";
+    pub const SRV_PORTS: &str = "SRV_PORTS";
+    pub const SRV_CPU: &str = "SRV_CPU";
 }
 
 /// Indices of the per-CPU `DROPS` counters.
@@ -122,6 +139,14 @@ pub mod prog_names {
     pub const FLOOR_EXIT: &str = "floor_exit";
     /// An empty `sched_switch` program (the switch-cost benchmark's floor).
     pub const FLOOR_SWITCH: &str = "floor_switch";
+    /// tp_btf on `sock/sock_recv_length`, `sock/sock_send_length` and
+    /// `sock/inet_sock_set_state`: the servers pipeline.
+    pub const SOCK_RECV: &str = "sock_recv";
+    pub const SOCK_SEND: &str = "sock_send";
+    pub const SOCK_STATE: &str = "sock_state";
+    /// Empty programs on the socket tracepoints (the servers benchmark's floor).
+    pub const FLOOR_RECV: &str = "floor_recv";
+    pub const FLOOR_SEND: &str = "floor_send";
 }
 
 /// Names of the load-time globals (read-only data the verifier sees as constants).
@@ -141,6 +166,8 @@ pub mod global_names {
     pub const MEM_OFFSETS: &str = "MEM_OFFSETS";
     /// [`crate::wait::WaitOffsets`]: `task_struct` offsets for waits and disk I/O.
     pub const WAIT_OFFSETS: &str = "WAIT_OFFSETS";
+    /// `servers::SrvOffsets`: `struct sock` offsets for the servers pipeline.
+    pub const SRV_OFFSETS: &str = "SRV_OFFSETS";
 }
 
 /// The control block userspace shares with the programs (the one value of the `CTL` array).

@@ -27,3 +27,16 @@ pub fn floor_exit(_ctx: BtfTracePointContext) -> i32 {
 pub fn floor_switch(_ctx: BtfTracePointContext) -> i32 {
     0
 }
+
+/// An empty `sock_recv_length` program: the floor any program on the socket tracepoints pays
+/// (`cargo xtask bench servers`).
+#[btf_tracepoint(function = "sock_recv_length")]
+pub fn floor_recv(_ctx: BtfTracePointContext) -> i32 {
+    0
+}
+
+/// An empty `sock_send_length` program (see `floor_recv`).
+#[btf_tracepoint(function = "sock_send_length")]
+pub fn floor_send(_ctx: BtfTracePointContext) -> i32 {
+    0
+}

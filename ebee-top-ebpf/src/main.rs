@@ -14,6 +14,7 @@ mod lifecycle;
 mod maps;
 mod mem;
 mod qos;
+mod servers;
 mod wait;
 
 pub use atomic::{atomic_add, atomic_add32, atomic_cmpxchg, atomic_fetch_add, store_release_x86};

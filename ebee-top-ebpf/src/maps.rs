@@ -2,7 +2,7 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use ebee_shared::{
     cpu::{CpuSketch, CpuState, SHADOW_ENTRIES, TRACE_BYTES},
@@ -249,3 +249,56 @@ pub static WAIT_OFFSETS: ebee_shared::wait::WaitOffsets = ebee_shared::wait::Wai
     io_valid: 0,
     pad: 0,
 };
+
+// The servers pipeline (servers.rs); sizes in ebee_shared::servers.
+
+/// Per-CPU server sketches (requests per process), one per interval parity.
+#[map]
+pub static SRV_SKETCH: PerCpuArray<ebee_shared::servers::SrvSketch> =
+    PerCpuArray::with_max_entries(2, 0);
+
+/// Per-CPU network bytes sketches (every process's socket I/O), one per interval parity.
+#[map]
+pub static NET_SKETCH: PerCpuArray<ebee_shared::servers::NetSketch> =
+    PerCpuArray::with_max_entries(2, 0);
+
+/// Per-CPU request latency histograms, index `parity * HIST_SLOTS + slot`.
+#[map]
+pub static SRV_HIST: PerCpuArray<ebee_shared::servers::SrvHist> =
+    PerCpuArray::with_max_entries((2 * ebee_shared::servers::HIST_SLOTS) as u32, 0);
+
+/// The histogram slot of each server that has one, by `tgid & (SLOT_INDEX - 1)`, tagged with
+/// the tgid (`ebee_shared::servers::slot_entry`). Written by userspace.
+#[map]
+pub static SRV_SLOT_OF: Array<u64> = Array::with_max_entries(ebee_shared::servers::SLOT_INDEX, 0);
+
+/// Request state per server connection, keyed by the `struct sock` address; removed when the
+/// connection closes. Not preallocated: it takes memory for the connections there are.
+#[map]
+pub static SRV_CONNS: HashMap<u64, ebee_shared::servers::SrvConn> =
+    HashMap::with_max_entries(ebee_shared::servers::CONN_ENTRIES, BPF_F_NO_PREALLOC);
+
+/// Open server connections per process (a gauge: +1 when first seen, -1 at close).
+#[map]
+pub static SRV_CONN_COUNT: HashMap<u32, i64> =
+    HashMap::with_max_entries(ebee_shared::servers::CONN_COUNT_ENTRIES, 0);
+
+/// Listening TCP ports, one bit per port: seeded by userspace, kept by `sock_state`.
+#[map]
+pub static SRV_PORTS: Array<u64> = Array::with_max_entries(ebee_shared::servers::PORT_WORDS, 0);
+
+/// Per-CPU busy word of the socket programs.
+#[map]
+pub static SRV_CPU: PerCpuArray<ebee_shared::servers::SrvCpu> = PerCpuArray::with_max_entries(1, 0);
+
+/// `struct sock` offsets for the servers pipeline (set by the loader from BTF).
+#[unsafe(no_mangle)]
+pub static SRV_OFFSETS: ebee_shared::servers::SrvOffsets = ebee_shared::servers::SrvOffsets {
+    family: 0,
+    num: 0,
+    sk_type: 0,
+    valid: 0,
+};
+
+/// `BPF_F_NO_PREALLOC`: a hash map that allocates its entries as they come.
+const BPF_F_NO_PREALLOC: u32 = 1;

@@ -83,6 +83,11 @@ pub struct Cli {
     #[arg(long)]
     pub no_bpf_stats: bool,
 
+    /// Leave the servers pipeline off: no socket tracepoints, so no SERVERS pane, no network
+    /// bytes, and socket I/O pays nothing.
+    #[arg(long)]
+    pub no_servers: bool,
+
     /// Pin processes for syscall and request QoS (at most 8): per-syscall latency histograms,
     /// and for servers requests per second and latency percentiles.
     #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_delimiter = ',',

@@ -4,6 +4,7 @@
 //! Never used on a live path: live Batches come from the kernel, replayed ones from a file.
 
 use super::qos::{QosSample, RequestSample, SyscallSample};
+use super::servers::{NetRow, ServerRow, ServersStats};
 use super::wait::{IoRow, WaitRow, WaitStats};
 use super::{Batch, CpuRow, Dropped, Exit, MemRow, MemStats, ProcInfo};
 
@@ -183,6 +184,24 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
             available: true,
             io_available: true,
             thread_misses: seq % 2,
+            ..Default::default()
+        };
+        b.servers = vec![ServerRow {
+            pid: 1001,
+            requests: 400 + seq,
+            latency_ns: (400 + seq) * 60_000,
+            max_ns: 900_000,
+            hist: Some(vec![(100, 300), (110, 100 + seq as u32)]),
+            conns: Some(12),
+        }];
+        b.net = vec![NetRow {
+            pid: 1001,
+            rx_bytes: 40_000 + seq,
+            tx_bytes: 120_000,
+        }];
+        b.servers_stats = ServersStats {
+            available: true,
+            requests: 400 + seq,
             ..Default::default()
         };
     })

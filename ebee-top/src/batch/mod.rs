@@ -4,6 +4,7 @@
 
 pub mod build;
 pub mod qos;
+pub mod servers;
 pub mod syscalls;
 pub mod wait;
 
@@ -171,6 +172,11 @@ pub struct Batch {
     /// The exact shadow's (only with `--exact`).
     pub io_exact: Option<Vec<wait::IoRow>>,
     pub wait_stats: wait::WaitStats,
+    /// Servers found by the kernel (no pin needed), busiest first.
+    pub servers: Vec<servers::ServerRow>,
+    /// Socket bytes of every process the kernel charged, heaviest (rx + tx) first.
+    pub net: Vec<servers::NetRow>,
+    pub servers_stats: servers::ServersStats,
 }
 
 /// Largest processes every Batch carries in `mem` even when their RSS did not change, so a

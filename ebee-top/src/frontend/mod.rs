@@ -30,6 +30,7 @@ pub fn probe_config(cli: &Cli) -> ProbeConfig {
         shadow: cli.exact,
         trace: false,
         bpf_stats: !cli.no_bpf_stats,
+        no_servers: cli.no_servers,
     }
 }
 

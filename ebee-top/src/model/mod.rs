@@ -5,6 +5,7 @@ pub mod mem;
 pub mod procs;
 pub mod qos;
 pub mod rank;
+pub mod servers;
 pub mod wait;
 
 use std::collections::HashMap;
@@ -60,6 +61,8 @@ pub struct Model {
     pub mem: mem::MemModel,
     /// Run-queue waits and disk I/O of the last interval.
     pub wait: wait::WaitModel,
+    /// Servers found by the kernel and every process's network bytes.
+    pub servers: servers::ServersModel,
 }
 
 impl Model {
@@ -99,6 +102,7 @@ impl Model {
         self.last_procs = b.procs.iter().map(|p| p.pid).collect();
         self.qos.ingest(b);
         self.wait.ingest(b);
+        self.servers.ingest(b);
         self.table.ingest(b);
         self.latest = Some(b.clone());
     }

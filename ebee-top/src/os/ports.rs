@@ -69,6 +69,42 @@ pub fn listening_ports(pid: u32) -> Vec<u16> {
     out
 }
 
+/// Local ports of every listening TCP socket (IPv4 and IPv6) in every network namespace a
+/// process is in: the servers pipeline's seed. One process per namespace is read.
+pub fn all_listening_tcp_ports() -> Vec<u16> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    let mut read = |p: &Process| {
+        let listening = |t: procfs::ProcResult<Vec<procfs::net::TcpNetEntry>>| {
+            t.unwrap_or_default()
+                .into_iter()
+                .filter(|e| e.state == TcpState::Listen && e.local_address.port() != 0)
+                .map(|e| e.local_address.port())
+        };
+        out.extend(listening(p.tcp()).chain(listening(p.tcp6())));
+    };
+    if let Ok(me) = Process::myself() {
+        if let Ok(ns) = std::fs::read_link("/proc/self/ns/net") {
+            seen.insert(ns);
+        }
+        read(&me);
+    }
+    if let Ok(all) = procfs::process::all_processes() {
+        for p in all.flatten() {
+            // read_link does not follow: the target is the namespace's name, "net:[inode]".
+            let Ok(ns) = std::fs::read_link(format!("/proc/{}/ns/net", p.pid)) else {
+                continue;
+            };
+            if seen.insert(ns) {
+                read(&p);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +143,7 @@ mod tests {
         let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let uport = u.local_addr().unwrap().port();
         assert!(listening_ports(std::process::id()).contains(&uport));
+        assert!(all_listening_tcp_ports().contains(&port));
+        assert!(!all_listening_tcp_ports().contains(&uport), "TCP only");
     }
 }

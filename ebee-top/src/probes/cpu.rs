@@ -80,6 +80,8 @@ pub struct RawInterval {
     pub mem: Option<super::mem::MemRaw>,
     /// Waits and disk I/O (read once every CPU has moved past the interval).
     pub waits: super::wait::WaitRaw,
+    /// Servers and network bytes (None when the pipeline is off).
+    pub servers: Option<super::servers::ServersRaw>,
 }
 
 /// Merges charges by process.

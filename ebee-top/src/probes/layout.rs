@@ -2,9 +2,11 @@
 //! offsets (aya-ebpf has no CO-RE, so the programs get them as load-time globals) and the
 //! tracepoint prototypes that decide what can be attached.
 
-use ebee_shared::{mem::MemOffsets, prog_names, qos::Offsets, wait::WaitOffsets};
+use ebee_shared::{
+    mem::MemOffsets, prog_names, qos::Offsets, servers::SrvOffsets, wait::WaitOffsets,
+};
 
-use super::{ProbeError, btf::Btf, mem, qos, wait};
+use super::{ProbeError, btf::Btf, mem, qos, servers, wait};
 
 /// Every offset and layout fact the programs are loaded with.
 #[derive(Clone, Copy, Debug)]
@@ -21,6 +23,8 @@ pub(super) struct KernelLayout {
     pub mem: MemOffsets,
     /// The waits and disk I/O offsets (each half off when its fields are missing).
     pub wait: WaitOffsets,
+    /// The servers pipeline's offsets (`valid` 0 also when a socket tracepoint is missing).
+    pub servers: SrvOffsets,
 }
 
 impl KernelLayout {
@@ -51,7 +55,18 @@ impl KernelLayout {
         if btf.tracepoint_args(prog_names::RSS_STAT) != Some(2) {
             mem.valid = 0;
         }
+        let mut srv = servers::offsets(btf);
+        for tp in [
+            "sock_recv_length",
+            "sock_send_length",
+            "inet_sock_set_state",
+        ] {
+            if btf.tracepoint_args(tp) != Some(3) {
+                srv.valid = 0;
+            }
+        }
         Ok(Self {
+            servers: srv,
             tgid_off,
             exec_start_off,
             exit_has_group_dead,
@@ -59,6 +74,11 @@ impl KernelLayout {
             mem,
             wait: wait::offsets(btf),
         })
+    }
+
+    /// Whether the servers pipeline can be attached.
+    pub(super) fn has_servers(&self) -> bool {
+        self.servers.valid != 0
     }
 
     /// Whether the memory pipeline can be attached.

@@ -14,7 +14,7 @@ use ebee_shared::{cpu::BinCfg, ctl::Ctl, global_names, map_names, prog_names};
 use super::layout::KernelLayout;
 use super::{
     OBJECT, ProbeConfig, ProbeError, Probes, bench, btf, classify, cpu, flip, lifecycle, mem,
-    page_size, qos, take_map, wait, write_bins,
+    page_size, qos, servers, take_map, wait, write_bins,
 };
 
 impl Probes {
@@ -36,6 +36,12 @@ impl Probes {
         let cpu_maps = cpu::CpuMaps::take(&mut ebpf, cfg)?;
         let lifecycle = lifecycle::LifecycleReader::take(&mut ebpf)?;
         let wait = wait::WaitDrain::new(wait::WaitMaps::take(&mut ebpf, cfg)?, ncpus);
+        let with_servers = layout.has_servers() && !cfg.no_servers;
+        let srv_maps = if with_servers {
+            Some(servers::ServerMaps::take(&mut ebpf)?)
+        } else {
+            None
+        };
         let mem_maps = if layout.has_mem() {
             Some(mem::MemMaps::take(&mut ebpf, cfg)?)
         } else {
@@ -57,7 +63,12 @@ impl Probes {
         let mem = mem_maps.map(|m| mem::MemDrain::new(m, ncpus, epoch));
         cpu.prime().map_err(classify("priming CPU state"))?;
 
-        attach(&mut ebpf, &aya_btf, mem.is_some())?;
+        // The listening ports are marked before the socket programs see any traffic.
+        let servers = match srv_maps {
+            Some(m) => Some(servers::ServerDrain::new(m, ncpus)?),
+            None => None,
+        };
+        attach(&mut ebpf, &aya_btf, mem.is_some(), servers.is_some())?;
         // Each CPU's clock starts at its first switch; make it now, not whenever it comes.
         cpu.kick_all();
 
@@ -81,6 +92,7 @@ impl Probes {
             mem,
             wait,
             wait_offsets: layout.wait,
+            servers,
             page_size: u64::from(page_size()),
             ncpus,
             bins,
@@ -115,7 +127,8 @@ fn load_object(
         )
         .override_global(global_names::QOS_OFFSETS, &layout.qos, true)
         .override_global(global_names::MEM_OFFSETS, &layout.mem, true)
-        .override_global(global_names::WAIT_OFFSETS, &layout.wait, true);
+        .override_global(global_names::WAIT_OFFSETS, &layout.wait, true)
+        .override_global(global_names::SRV_OFFSETS, &layout.servers, true);
     if !cfg.shadow {
         // Unused maps still take memory; make them as small as the kernel allows.
         for m in [
@@ -139,16 +152,25 @@ fn load_object(
 }
 
 /// Load and attach the always-on tp_btf programs: the CPU pipeline and process lifecycle, and
-/// the memory pipeline when `mem`. Only after the first interval is open and primed: from the
-/// first switch on, every slice is charged to an interval.
-fn attach(ebpf: &mut Ebpf, btf: &aya::Btf, mem: bool) -> Result<(), ProbeError> {
+/// the memory pipeline when `mem`, the servers pipeline when `servers`. Only after the first
+/// interval is open and primed: from the first switch on, every slice is charged to an
+/// interval.
+fn attach(ebpf: &mut Ebpf, btf: &aya::Btf, mem: bool, servers: bool) -> Result<(), ProbeError> {
     let always = [
         (prog_names::SCHED_SWITCH, "sched_switch"),
         (prog_names::PROCESS_EXIT, "sched_process_exit"),
         (prog_names::PROCESS_EXEC, "sched_process_exec"),
     ];
     let mem_progs = [(prog_names::RSS_STAT, "rss_stat")];
-    let progs = always.iter().chain(mem_progs.iter().filter(|_| mem));
+    let srv_progs = [
+        (prog_names::SOCK_STATE, "inet_sock_set_state"),
+        (prog_names::SOCK_RECV, "sock_recv_length"),
+        (prog_names::SOCK_SEND, "sock_send_length"),
+    ];
+    let progs = always
+        .iter()
+        .chain(mem_progs.iter().filter(|_| mem))
+        .chain(srv_progs.iter().filter(|_| servers));
     for &(name, tp) in progs {
         let prog: &mut BtfTracePoint = ebpf
             .program_mut(name)

@@ -23,6 +23,7 @@ pub mod mem;
 pub mod preflight;
 pub mod qos;
 mod raw_array;
+pub mod servers;
 mod sys;
 pub mod wait;
 
@@ -70,6 +71,8 @@ pub struct ProbeConfig {
     /// Turn on the kernel's BPF run-time statistics while loaded, to report our programs'
     /// own cost (adds two clock reads to every program run).
     pub bpf_stats: bool,
+    /// Leave the servers pipeline (socket tracepoints) off (`--no-servers`).
+    pub no_servers: bool,
 }
 
 /// One program's cumulative run time (kernel BPF stats, when enabled).
@@ -98,6 +101,8 @@ pub struct Probes {
     /// Waits and disk I/O, from the context switch.
     wait: wait::WaitDrain,
     wait_offsets: ebee_shared::wait::WaitOffsets,
+    /// Servers and network bytes, from the socket layer; None when off or not supported.
+    servers: Option<servers::ServerDrain>,
     page_size: u64,
     ncpus: usize,
     bins: BinCfg,
@@ -164,6 +169,15 @@ impl Probes {
         }
         raw.waits = self.wait.drain(ebee_shared::ctl::parity(epoch) ^ 1)?;
         raw.lifecycle = self.lifecycle.read();
+        if let Some(s) = self.servers.as_mut() {
+            let exited: std::collections::HashSet<u32> = raw
+                .lifecycle
+                .iter()
+                .filter(|e| e.kind == ebee_shared::lifecycle::EVENT_EXIT)
+                .map(|e| e.tgid)
+                .collect();
+            raw.servers = Some(s.drain(ebee_shared::ctl::parity(epoch) ^ 1, &exited)?);
+        }
         // Pinned processes that ended: reported once more with their last numbers, then
         // dropped from the kernel's pin table.
         let pinned = self.qos.pinned();
@@ -230,6 +244,11 @@ impl Probes {
     /// True when the kernel counts disk I/O per task (`ioac`) and the pipeline reads it.
     pub fn io_available(&self) -> bool {
         self.wait_offsets.io_valid != 0
+    }
+
+    /// True when the servers pipeline (socket tracepoints) is attached.
+    pub fn servers_available(&self) -> bool {
+        self.servers.is_some()
     }
 
     /// True when the memory pipeline (rss_stat) is attached.

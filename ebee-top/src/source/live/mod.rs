@@ -6,6 +6,7 @@
 mod cost;
 pub mod mem;
 mod qos;
+mod servers;
 mod wait;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -169,6 +170,11 @@ impl Source for Live {
         if let Some(e) = &io_exact {
             pids.extend(e.iter().map(|r| r.pid));
         }
+        let srv = raw.servers.as_ref();
+        let servers = srv.map(servers::server_rows).unwrap_or_default();
+        let net = srv.map(servers::net_rows).unwrap_or_default();
+        pids.extend(servers.iter().map(|r| r.pid));
+        pids.extend(net.iter().map(|r| r.pid));
         pids.sort_unstable();
         pids.dedup();
         let procs = pids.into_iter().map(|p| self.procs.get(p)).collect();
@@ -237,6 +243,9 @@ impl Source for Live {
             wait_exact,
             io,
             io_exact,
+            servers_stats: servers::stats(srv),
+            servers,
+            net,
         };
         self.lifecycle_lost = raw.lifecycle_lost;
         self.prog_errors = raw.prog_errors;
