@@ -131,7 +131,7 @@ unsafe fn io_body(
         return Ok(());
     }
     let key = sk as u64;
-    let Some(c) = SRV_CONNS.get_ptr_mut(&key) else {
+    let Some(c) = SRV_CONNS.get_ptr_mut(key) else {
         // First sight of this connection (new, or open before ebee-top started). A receive
         // opens a request; a send first (a greeting) answers nothing.
         let mut c = SrvConn {
@@ -143,7 +143,7 @@ unsafe fn io_body(
             c.recv(crate::now_ns);
         }
         let sketch = present(SRV_SKETCH.get_ptr_mut(parity))?;
-        if SRV_CONNS.insert(&key, &c, 0).is_err() {
+        if SRV_CONNS.insert(key, c, 0).is_err() {
             // SAFETY: this CPU's value, as above.
             unsafe { (*sketch).conns_full += 1 };
         } else {
@@ -191,11 +191,11 @@ unsafe fn io_body(
 /// Add `d` to the open-connection count of `tgid`.
 #[inline(always)]
 fn count_conn(tgid: u32, d: i64, sketch: *mut ebee_shared::servers::SrvSketch) {
-    match SRV_CONN_COUNT.get_ptr_mut(&tgid) {
+    match SRV_CONN_COUNT.get_ptr_mut(tgid) {
         // SAFETY: a valid hash value; other CPUs add to it too, so the add is atomic.
         Some(n) => unsafe { atomic_add(n.cast::<u64>(), d as u64) },
         None => {
-            if SRV_CONN_COUNT.insert(&tgid, &d, 0).is_err() {
+            if SRV_CONN_COUNT.insert(tgid, d, 0).is_err() {
                 // SAFETY: this CPU's value of a per-CPU array.
                 unsafe { (*sketch).counts_full += 1 };
             }
@@ -253,13 +253,13 @@ unsafe fn try_sock_state(ctx: &BtfTracePointContext) -> Result<u32, i64> {
         return Ok(0);
     }
     let key = sk as u64;
-    let Some(c) = SRV_CONNS.get_ptr(&key) else {
+    let Some(c) = SRV_CONNS.get_ptr(key) else {
         return Ok(0);
     };
     // SAFETY: a valid hash value.
     let tgid = unsafe { (*c).tgid };
-    if SRV_CONNS.remove(&key).is_ok()
-        && let Some(n) = SRV_CONN_COUNT.get_ptr_mut(&tgid)
+    if SRV_CONNS.remove(key).is_ok()
+        && let Some(n) = SRV_CONN_COUNT.get_ptr_mut(tgid)
     {
         // SAFETY: a valid hash value, added to atomically from every CPU.
         unsafe { atomic_add(n.cast::<u64>(), u64::MAX) };

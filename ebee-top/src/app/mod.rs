@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::model::Model;
 use crate::model::procs::{Order, ProcEntry, ProcKey};
+use crate::model::servers::{ServerSort, ServerView};
 use crate::os::details::Details;
 use crate::os::host::HostInfo;
 
@@ -28,6 +29,16 @@ pub enum SortBy {
     Wait,
     /// Disk I/O (`I`).
     Io,
+    /// Network bytes received and sent (`N`).
+    Net,
+}
+
+/// What the main area shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MainView {
+    Processes,
+    /// The SERVERS table (`S`).
+    Servers,
 }
 
 /// The pane that takes Up/Down.
@@ -79,6 +90,11 @@ pub struct App {
     pub replay: Option<ReplayControl>,
     /// Set when recording (record/recorder.rs).
     pub recording: Option<crate::record::RecStatus>,
+    /// The process table or the SERVERS table in the main area.
+    pub main: MainView,
+    /// How the SERVERS table is ordered, and its selected row.
+    pub srv_sort: ServerSort,
+    pub srv_selected: usize,
 }
 
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -95,6 +111,12 @@ pub const SORTED_IO: &str = "sorted by disk I/O (read + written per second)";
 /// `sched_info` or task I/O accounting, or an older recording).
 pub const NO_WAIT: &str = "no run-queue waits from this kernel or recording: sorting by CPU";
 pub const NO_IO: &str = "no per-process disk I/O from this kernel or recording: sorting by CPU";
+pub const SORTED_NET: &str = "sorted by network bytes (received + sent per second)";
+pub const NO_NET: &str =
+    "no network bytes from this kernel, recording or --no-servers: sorting by CPU";
+pub const NO_SERVERS: &str = "no servers pipeline in this kernel, recording or run (--no-servers)";
+pub const SORTED_RPS: &str = "servers sorted by requests per second";
+pub const SORTED_P99: &str = "servers sorted by p99 latency";
 
 impl App {
     pub fn new(k: usize, interval: Duration) -> Self {
@@ -119,6 +141,9 @@ impl App {
             error: None,
             replay: None,
             recording: None,
+            main: MainView::Processes,
+            srv_sort: ServerSort::Rps,
+            srv_selected: 0,
         }
     }
 
@@ -137,8 +162,35 @@ impl App {
             SortBy::Mem => Order::Rss(rss),
             SortBy::Wait => Order::Wait,
             SortBy::Io => Order::Io,
+            SortBy::Net => Order::Net,
         };
-        m.table.ranked_by(self.k.max(fit), &self.filter, order)
+        let net = |pid| m.servers.net_rate(pid).map(|(rx, tx)| rx + tx);
+        m.table.ranked_by(self.k.max(fit), &self.filter, order, net)
+    }
+
+    /// The SERVERS table's rows, in order, filtered like the process table.
+    pub fn server_rows(&self) -> Vec<ServerView> {
+        let f = self.filter.to_lowercase();
+        self.shown()
+            .servers
+            .view(self.srv_sort)
+            .into_iter()
+            .filter(|s| {
+                f.is_empty() || s.pid.to_string() == f || s.comm.to_lowercase().contains(&f)
+            })
+            .collect()
+    }
+
+    /// The process under the selection: in the process table, or the server selected in
+    /// the SERVERS table.
+    pub fn selected_process(&self) -> Option<&ProcEntry> {
+        match self.main {
+            MainView::Processes => self.selected_entry(),
+            MainView::Servers => {
+                let pid = self.server_rows().get(self.srv_selected)?.pid;
+                self.shown().table.by_pid(pid)
+            }
+        }
     }
 
     /// The rows of the plain CPU ranking (batch output's view), for compatibility.
@@ -161,7 +213,7 @@ impl App {
         if self.focus == Focus::Qos {
             return procs.get(self.qos_selected.min(procs.len() - 1)).copied();
         }
-        match self.selected_entry() {
+        match self.selected_process() {
             Some(e) if procs.contains(&e.key.pid) => Some(e.key.pid),
             _ => procs.first().copied(),
         }

@@ -5,10 +5,12 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::{
-    App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, Msg, NO_IO, NO_MEMORY, NO_WAIT,
-    Overlay, SORTED_CPU, SORTED_IO, SORTED_MEM, SORTED_WAIT, SortBy,
+    App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, MainView, Msg, NO_IO, NO_MEMORY,
+    NO_NET, NO_SERVERS, NO_WAIT, Overlay, SORTED_CPU, SORTED_IO, SORTED_MEM, SORTED_NET,
+    SORTED_P99, SORTED_RPS, SORTED_WAIT, SortBy,
 };
 use crate::model::procs::ProcKey;
+use crate::model::servers::ServerSort;
 
 impl App {
     /// Keep the selection on the same process after the rows changed.
@@ -162,6 +164,32 @@ impl App {
                 let ok = self.shown().wait.io_available;
                 self.sort_or_cpu(ok, SortBy::Io, SORTED_IO, NO_IO)
             }
+            KeyCode::Char('N') => {
+                let ok = self.shown().servers.available;
+                self.sort_or_cpu(ok, SortBy::Net, SORTED_NET, NO_NET)
+            }
+            KeyCode::Char('S') => {
+                self.main = match self.main {
+                    MainView::Processes if self.shown().servers.available => MainView::Servers,
+                    MainView::Processes => {
+                        self.status = Some(NO_SERVERS.into());
+                        MainView::Processes
+                    }
+                    MainView::Servers => MainView::Processes,
+                };
+                self.focus = Focus::Table;
+                Effect::Redraw
+            }
+            KeyCode::Char('R') if self.main == MainView::Servers => {
+                self.srv_sort = ServerSort::Rps;
+                self.status = Some(SORTED_RPS.into());
+                Effect::Redraw
+            }
+            KeyCode::Char('L') if self.main == MainView::Servers => {
+                self.srv_sort = ServerSort::P99;
+                self.status = Some(SORTED_P99.into());
+                Effect::Redraw
+            }
             KeyCode::Char('p') => self.toggle_pin(),
             KeyCode::Char('/') => {
                 self.filter_editing = true;
@@ -179,7 +207,7 @@ impl App {
                 };
                 Effect::Redraw
             }
-            KeyCode::Enter => match self.selected_entry().map(|e| e.key) {
+            KeyCode::Enter => match self.selected_process().map(|e| e.key) {
                 Some(key) => {
                     self.overlay = Some(Overlay::Details(key, None));
                     Effect::Details(key)
@@ -208,6 +236,11 @@ impl App {
 
     fn move_by(&mut self, d: i64) -> Effect {
         match self.focus {
+            Focus::Table if self.main == MainView::Servers => {
+                let n = self.server_rows().len();
+                let i = (self.srv_selected as i64).saturating_add(d).max(0) as usize;
+                self.srv_selected = i.min(n.saturating_sub(1));
+            }
             Focus::Table => {
                 let i = (self.selected as i64).saturating_add(d).max(0) as usize;
                 self.select(i);
@@ -222,7 +255,7 @@ impl App {
     }
 
     fn toggle_pin(&mut self) -> Effect {
-        let Some(e) = self.selected_entry() else {
+        let Some(e) = self.selected_process() else {
             return Effect::None;
         };
         let key = e.key;

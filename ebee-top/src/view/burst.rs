@@ -19,7 +19,7 @@ pub const HEIGHT: u16 = 9;
 
 pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let c = t.colors;
-    let Some(e) = app.selected_entry() else {
+    let Some(e) = app.selected_process() else {
         return;
     };
     let inner_w = area.width.saturating_sub(2 + 6) as u64;

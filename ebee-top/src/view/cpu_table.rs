@@ -46,14 +46,27 @@ impl IoCols {
     }
 }
 
-/// Columns of the burst sparkline for a table `width` wide (`io` of them go to disk I/O).
-fn burst_cols(width: u16, io: IoCols) -> usize {
+/// The network columns a table `width` wide shows (the same shapes as disk I/O's), when the
+/// kernel gives network bytes.
+fn net_cols(width: u16, sorted: bool, available: bool) -> IoCols {
+    match width {
+        _ if !available => IoCols::None,
+        140.. => IoCols::Both,
+        110.. => IoCols::Sum,
+        _ if sorted => IoCols::Sum,
+        _ => IoCols::None,
+    }
+}
+
+/// Columns of the burst sparkline for a table `width` wide (`io` and `net` of them go to disk
+/// I/O and network bytes).
+fn burst_cols(width: u16, io: IoCols, net: IoCols) -> usize {
     // Half of what the fixed columns leave goes to the command, up to 2 s of cells.
-    (width.saturating_sub(49 + io.width()) as usize / 2).clamp(8, 200)
+    (width.saturating_sub(49 + io.width() + net.width()) as usize / 2).clamp(8, 200)
 }
 
 /// Bytes per second in 6 characters: `980K`, `12.3M`; `0` when nothing moved.
-fn rate(bps: f64) -> String {
+pub(super) fn rate(bps: f64) -> String {
     if bps < 1.0 {
         "0".into()
     } else {
@@ -99,12 +112,14 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let now = m.table.now_cell();
     let sort = app.sort;
     let io = io_cols(area.width, sort == SortBy::Io);
-    let bw = burst_cols(area.width, io);
+    let net = net_cols(area.width, sort == SortBy::Net, m.servers.available);
+    let bw = burst_cols(area.width, io, net);
     let waits = m.wait.available;
     // What is left for COMMAND: the highlight mark, the fixed columns, the sparkline and
     // one space between each of the nine columns.
-    let cmd_width = (area.width as usize)
-        .saturating_sub(1 + 2 + 7 + 8 + 5 + 5 + 8 + 6 + bw + 8 + usize::from(io.width()));
+    let cmd_width = (area.width as usize).saturating_sub(
+        1 + 2 + 7 + 8 + 5 + 5 + 8 + 6 + bw + 8 + usize::from(io.width() + net.width()),
+    );
     let rows: Vec<Row> = app
         .table_rows()
         .into_iter()
@@ -168,6 +183,15 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                     cells.push(io_cell(e.write_per_s));
                 }
             }
+            let (rx, tx) = m.servers.net_rate(e.key.pid).unwrap_or_default();
+            match net {
+                IoCols::None => {}
+                IoCols::Sum => cells.push(Cell::from(format!("{:>6}", rate(rx + tx)))),
+                IoCols::Both => {
+                    cells.push(Cell::from(format!("{:>6}", rate(rx))));
+                    cells.push(Cell::from(format!("{:>6}", rate(tx))));
+                }
+            }
             cells.push(Cell::from(Line::from(Span::styled(burst, c.burst()))));
             cells.push(Cell::from(cmd));
             Row::new(cells).style(style)
@@ -209,6 +233,18 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         IoCols::Both => {
             head.push(mark(SortBy::Io, "READ/s", "READ*"));
             head.push(mark(SortBy::Io, "WRIT/s", "WRIT*"));
+            widths.extend([Constraint::Length(6), Constraint::Length(6)]);
+        }
+    }
+    match net {
+        IoCols::None => {}
+        IoCols::Sum => {
+            head.push(mark(SortBy::Net, " NET/s", "NET/s*"));
+            widths.push(Constraint::Length(6));
+        }
+        IoCols::Both => {
+            head.push(mark(SortBy::Net, "  RX/s", " RX/s*"));
+            head.push(mark(SortBy::Net, "  TX/s", " TX/s*"));
             widths.extend([Constraint::Length(6), Constraint::Length(6)]);
         }
     }

@@ -2,7 +2,7 @@
 
 use ratatui::{Frame, layout::Rect, text::Line, widgets::Paragraph};
 
-use crate::app::App;
+use crate::app::{App, MainView};
 use crate::view::theme::Theme;
 
 pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
@@ -16,9 +16,13 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         Line::styled(s.clone(), c.warn())
     } else if !app.filter.is_empty() {
         Line::from(format!("filter: {}   (Esc clears)", app.filter))
+    } else if app.main == MainView::Servers {
+        Line::from(
+            "h help  q quit  S processes  j/k move  p pin  R/L sort by req/s, p99  / filter  space pause  Enter details",
+        )
     } else {
         Line::from(
-            "h help  q quit  j/k move  p pin  / filter  P/M/W/I sort  space pause  +/- interval  Enter details",
+            "h help  q quit  S servers  j/k move  p pin  / filter  P/M/W/I/N sort  space pause  +/- interval  Enter details",
         )
     };
     f.render_widget(Paragraph::new(line), area);

@@ -14,6 +14,7 @@ mod header;
 mod mem_table;
 mod overlay;
 mod qos;
+mod servers;
 pub mod theme;
 pub(crate) mod timeline;
 
@@ -23,7 +24,7 @@ use ratatui::{
     widgets::Paragraph,
 };
 
-use crate::app::{App, Overlay};
+use crate::app::{App, MainView, Overlay};
 use theme::Theme;
 
 /// The smallest terminal we draw into; below it we say so instead.
@@ -94,6 +95,21 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
         }
         _ => (left, qos_area, None),
     };
+    if app.main == MainView::Servers {
+        servers::render(app, t, f, left, true);
+        finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
+        return;
+    }
+    // A few rows of the SERVERS table under the process table when servers answered requests
+    // and the process table keeps at least 14 rows.
+    let n_servers = app.server_rows().len() as u16;
+    let srv_h = (n_servers + 2).min(servers::PANE_HEIGHT);
+    let (left, srv_area) = if n_servers > 0 && left.height >= 14 + srv_h {
+        let [l, s] = Layout::vertical([Constraint::Min(14), Constraint::Length(srv_h)]).areas(left);
+        (l, Some(s))
+    } else {
+        (left, None)
+    };
     // The memory table takes the lower part of the left column when it is tall enough to
     // leave the process table at least 14 rows.
     let mem_h = (left.height / 3).min(14);
@@ -110,6 +126,26 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
     if let Some(m) = mem_area {
         mem_table::render(app, t, f, m);
     }
+    if let Some(s) = srv_area {
+        servers::render(app, t, f, s, false);
+    }
+    finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
+}
+
+/// What every main view shares: the QoS and burst panes, the footer, the replay timeline and
+/// the overlays.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    app: &App,
+    t: &Theme,
+    f: &mut Frame,
+    area: Rect,
+    qos_pid: Option<u32>,
+    qos_area: Option<Rect>,
+    burst_area: Option<Rect>,
+    foot: Rect,
+    tl: Rect,
+) {
     if let (Some(pid), Some(a)) = (qos_pid, qos_area) {
         qos::render(app, t, pid, f, a);
     }

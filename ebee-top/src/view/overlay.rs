@@ -21,6 +21,8 @@ pub const HELP: &[(&str, &str)] = &[
     ("M", "sort by resident memory (RES)"),
     ("W", "sort by run-queue wait (WAIT%: runnable, not running)"),
     ("I", "sort by disk I/O (bytes read and written per second)"),
+    ("N", "sort by network bytes (received and sent per second)"),
+    ("S", "SERVERS table, or processes (R/L: sort by req/s, p99)"),
     (
         "p",
         "pin/unpin the selected process (syscall and request QoS)",

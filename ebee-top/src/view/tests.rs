@@ -510,3 +510,98 @@ fn the_qos_pane_shows_run_queue_waits() {
     );
     assert!(line.contains("(2000 waits)"), "{t}");
 }
+
+/// Two servers (a fast busy one and a slow quiet one) and a client that only talks: the
+/// SERVERS pane under the process table, the network columns and sort, `S` for the full
+/// table, `L` for p99 order, and `p` pinning the selected server.
+#[test]
+fn servers_pane_table_sorts_and_pin() {
+    use crate::batch::servers::{NetRow, ServerRow, ServersStats};
+    use crate::model::servers::ServerSort;
+    use crossterm::event::{Event, KeyCode, KeyEvent};
+    use ebee_shared::servers::bucket;
+    let key =
+        |a: &mut App, c: char| a.update(Msg::Input(Event::Key(KeyEvent::from(KeyCode::Char(c)))));
+    let mut a = app();
+    let procs = [
+        proc(500, "redis-server", "redis-server *:6379"),
+        proc(501, "nginx", "nginx: worker process"),
+        proc(502, "redis-benchmark", "redis-benchmark -c 50"),
+    ];
+    let h = |v: u64, c: u32| (bucket(v) as u16, c);
+    for seq in 1..=40 {
+        let mut b = batch(
+            seq,
+            &[(500, [2 * MS; 5]), (501, [MS / 2; 5]), (502, [3 * MS; 5])],
+            &procs,
+        );
+        b.servers = vec![
+            ServerRow {
+                pid: 500,
+                requests: 1000,
+                latency_ns: 1000 * 40_000,
+                max_ns: 300_000,
+                hist: Some(vec![h(30_000, 900), h(120_000, 100)]),
+                conns: Some(50),
+            },
+            ServerRow {
+                pid: 501,
+                requests: 10,
+                latency_ns: 10 * 9 * MS,
+                max_ns: 12 * MS,
+                hist: Some(vec![h(8 * MS, 9), h(12 * MS, 1)]),
+                conns: Some(3),
+            },
+        ];
+        b.net = vec![
+            NetRow {
+                pid: 502,
+                rx_bytes: 200 << 10,
+                tx_bytes: 100 << 10,
+            },
+            NetRow {
+                pid: 500,
+                rx_bytes: 100 << 10,
+                tx_bytes: 200 << 10,
+            },
+            NetRow {
+                pid: 501,
+                rx_bytes: 1 << 10,
+                tx_bytes: 50 << 10,
+            },
+        ];
+        b.servers_stats = ServersStats {
+            available: true,
+            requests: 1010,
+            ..Default::default()
+        };
+        a.update(Msg::Batch(Box::new(b)));
+    }
+    let t = text(&a, 160, 50);
+    assert!(t.contains("SERVERS (2; S to enlarge)"), "{t}");
+    // 1,000 requests every 50 ms: 20,000 per second; 300 KiB per 50 ms is 6 MiB/s.
+    let line = |t: &str, s: &str| t.lines().find(|l| l.contains(s)).unwrap_or("").to_string();
+    assert!(line(&t, "20000.0").contains("redis-server"), "{t}");
+    assert!(line(&t, "  RX/s").contains("  TX/s"), "{t}");
+    insta::assert_snapshot!("servers_pane_160x50", t);
+    // N: by network bytes, the busier by CPU first where they are equal.
+    key(&mut a, 'N');
+    let order: Vec<u32> = a.table_rows().iter().map(|e| e.key.pid).collect();
+    assert_eq!(order, vec![502, 500, 501], "equal bytes: CPU decides");
+    // S: the SERVERS table takes the main area; busiest first, L puts the slowest first.
+    key(&mut a, 'S');
+    assert_eq!(a.main, crate::app::MainView::Servers);
+    let rows: Vec<u32> = a.server_rows().iter().map(|s| s.pid).collect();
+    assert_eq!(rows, vec![500, 501], "the client is no server");
+    key(&mut a, 'L');
+    assert_eq!(a.srv_sort, ServerSort::P99);
+    assert_eq!(a.server_rows()[0].pid, 501);
+    let t = text(&a, 80, 24);
+    assert!(t.contains("SERVERS (2; over the last second"), "{t}");
+    insta::assert_snapshot!("servers_table_80x24", t);
+    // p pins the selected server (the slow one, first now).
+    let e = key(&mut a, 'p');
+    assert_eq!(e, crate::app::Effect::SetPins(vec![501]));
+    key(&mut a, 'S');
+    assert_eq!(a.main, crate::app::MainView::Processes);
+}

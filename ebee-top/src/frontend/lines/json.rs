@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::QOS_TOP_SYSCALLS;
 
+use crate::batch::servers::ServersStats;
 use crate::batch::wait::WaitStats;
 use crate::batch::{Dropped, MemStats, SelfCost};
 use crate::model::mem::MemEntry;
@@ -199,6 +200,67 @@ fn json_mem(m: &Model, rows: Vec<MemEntry>) -> Vec<JsonMem> {
 }
 
 #[derive(Serialize)]
+struct JsonServer {
+    pid: u32,
+    comm: String,
+    rps: f64,
+    requests: u64,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    p999_us: Option<f64>,
+    max_us: Option<f64>,
+    conns: Option<u64>,
+    rx_bytes: u64,
+    tx_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct JsonNet {
+    pid: u32,
+    comm: String,
+    rx_bytes: u64,
+    tx_bytes: u64,
+}
+
+fn us(ns: u64) -> f64 {
+    r2(ns as f64 / 1000.0)
+}
+
+fn json_servers(m: &Model, k: usize) -> Vec<JsonServer> {
+    m.servers
+        .interval(|pid| comm_of(m, pid))
+        .into_iter()
+        .take(k)
+        .map(|s| JsonServer {
+            pid: s.pid,
+            comm: s.comm,
+            rps: r2(s.rps),
+            requests: s.requests,
+            p50_us: s.p50_ns.map(us),
+            p99_us: s.p99_ns.map(us),
+            p999_us: s.p999_ns.map(us),
+            max_us: (s.requests > 0).then(|| us(s.max_ns)),
+            conns: s.conns,
+            rx_bytes: s.rx_bytes,
+            tx_bytes: s.tx_bytes,
+        })
+        .collect()
+}
+
+fn json_net(m: &Model, k: usize) -> Vec<JsonNet> {
+    m.servers
+        .top_net(k)
+        .iter()
+        .map(|n| JsonNet {
+            pid: n.pid,
+            comm: comm_of(m, n.pid),
+            rx_bytes: n.rx_bytes,
+            tx_bytes: n.tx_bytes,
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
 struct JsonLine<'a> {
     t_ms: u64,
     interval_ms: u64,
@@ -225,6 +287,9 @@ struct JsonLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     io_exact: Option<Vec<JsonIo>>,
     wait_stats: &'a WaitStats,
+    servers: Vec<JsonServer>,
+    net: Vec<JsonNet>,
+    servers_stats: &'a ServersStats,
 }
 
 fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
@@ -267,6 +332,9 @@ pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         io: json_io(m, m.wait.top_io(k)),
         io_exact: m.wait.top_io_exact(k).map(|r| json_io(m, r)),
         wait_stats: &b.wait_stats,
+        servers: json_servers(m, k),
+        net: json_net(m, k),
+        servers_stats: &b.servers_stats,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")
@@ -301,5 +369,31 @@ mod tests {
         assert_eq!(v["mem_growth"].as_array().map(Vec::len), Some(1));
         assert_eq!(v["mem_stats"]["available"], true);
         assert!(v.get("mem_exact").is_none());
+    }
+
+    #[test]
+    fn servers_and_net_follow_the_schema() {
+        let mut m = Model::new();
+        m.ingest(&crate::batch::build::plausible(1, 4));
+        let mut out = Vec::new();
+        write_json(&mut out, &m, 20).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let s = &v["servers"][0];
+        assert_eq!(s["pid"], 1001);
+        assert_eq!(s["comm"], "worker-1");
+        assert_eq!(s["requests"], 401);
+        // 401 requests in 50 ms.
+        assert_eq!(s["rps"], 8020.0);
+        assert_eq!(s["conns"], 12);
+        assert_eq!(s["max_us"], 900.0);
+        assert!(s["p50_us"].as_f64().unwrap() > 0.0);
+        assert!(s["p99_us"].as_f64().unwrap() >= s["p50_us"].as_f64().unwrap());
+        assert!(s["p999_us"].is_f64());
+        assert_eq!(s["rx_bytes"], 40_001);
+        assert_eq!(s["tx_bytes"], 120_000);
+        assert_eq!(v["net"][0]["pid"], 1001);
+        assert_eq!(v["net"][0]["comm"], "worker-1");
+        assert_eq!(v["servers_stats"]["available"], true);
+        assert!(v["servers_stats"]["evictions"].is_u64());
     }
 }

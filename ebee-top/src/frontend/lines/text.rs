@@ -41,8 +41,68 @@ pub fn write_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
     }
     write_mem_text(out, m, k)?;
     write_wait_text(out, m)?;
+    write_servers_text(out, m, k)?;
     write_qos_text(out, m)?;
     writeln!(out)
+}
+
+/// The servers the kernel found in the last interval (requests per second, latency in ms over
+/// the interval), then the processes with the most socket traffic on one line.
+fn write_servers_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {
+    let Some(b) = m.latest() else { return Ok(()) };
+    if !m.servers.available {
+        return Ok(());
+    }
+    let secs = b.interval_ns().max(1) as f64 / 1e9;
+    let name = |pid: u32| {
+        m.proc_info(pid)
+            .map(|p| p.comm.clone())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "?".into())
+    };
+    let servers = m.servers.interval(name);
+    if !servers.is_empty() {
+        writeln!(
+            out,
+            "{:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>9}  COMMAND (servers; latency in ms)",
+            "PID", "REQ/s", "p50", "p99", "p99.9", "max", "CONNS", "RX KiB/s", "TX KiB/s"
+        )?;
+        let ms_ns = |v: Option<u64>| ms(v.map(|ns| ns as f64 / 1000.0));
+        for s in servers.iter().take(k) {
+            writeln!(
+                out,
+                "{:>7} {:>9.1} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9.1} {:>9.1}  {}",
+                s.pid,
+                s.rps,
+                ms_ns(s.p50_ns),
+                ms_ns(s.p99_ns),
+                ms_ns(s.p999_ns),
+                ms_ns((s.requests > 0).then_some(s.max_ns)),
+                s.conns.map_or_else(|| "-".into(), |c| c.to_string()),
+                s.rx_bytes as f64 / 1024.0 / secs,
+                s.tx_bytes as f64 / 1024.0 / secs,
+                s.comm
+            )?;
+        }
+    }
+    let net: Vec<String> = m
+        .servers
+        .top_net(WAIT_TOP)
+        .iter()
+        .map(|n| {
+            format!(
+                "{} {} rx {:.1} tx {:.1} KiB/s",
+                n.pid,
+                name(n.pid),
+                n.rx_bytes as f64 / 1024.0 / secs,
+                n.tx_bytes as f64 / 1024.0 / secs
+            )
+        })
+        .collect();
+    if !net.is_empty() {
+        writeln!(out, "{:>7}   network: {}", "", net.join(", "))?;
+    }
+    Ok(())
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -213,6 +273,26 @@ mod tests {
         assert!(
             s.lines()
                 .any(|l| l.contains("42") && l.contains("300.0") && l.contains("+64.0"))
+        );
+    }
+
+    #[test]
+    fn servers_and_network_lines() {
+        let mut m = Model::new();
+        m.ingest(&crate::batch::build::plausible(1, 4));
+        let mut out = Vec::new();
+        write_text(&mut out, &m, 20).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("(servers; latency in ms)"), "{s}");
+        // 401 requests in 50 ms, 12 connections.
+        assert!(
+            s.lines()
+                .any(|l| l.contains("1001") && l.contains("8020.0") && l.contains(" 12 ")),
+            "{s}"
+        );
+        assert!(
+            s.contains("network: 1001 worker-1 rx 781.3 tx 2343.8 KiB/s"),
+            "{s}"
         );
     }
 }

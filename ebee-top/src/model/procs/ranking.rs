@@ -14,21 +14,25 @@ pub enum Order<F> {
     Wait,
     /// Disk bytes read and written per second, then CPU%.
     Io,
+    /// Network bytes received and sent per second (from `ranked_by`'s `net`), then CPU%.
+    Net,
 }
 
 impl ProcTable {
     /// The `k` heaviest by CPU% (then pid), plus every pinned one, pinned first. Exited
     /// processes rank by the CPU they used before they ended.
     pub fn ranked(&self, k: usize, filter: &str) -> Vec<&ProcEntry> {
-        self.ranked_by(k, filter, Order::<fn(u32) -> Option<u64>>::Cpu)
+        self.ranked_by(k, filter, Order::<fn(u32) -> Option<u64>>::Cpu, |_| None)
     }
 
     /// As `ranked`, by `order`; ties go to CPU%, then the last interval's CPU, then the key.
+    /// `net` gives a process's network bytes per second (the servers model keeps them).
     pub fn ranked_by(
         &self,
         k: usize,
         filter: &str,
         order: Order<impl Fn(u32) -> Option<u64>>,
+        net: impl Fn(u32) -> Option<f64>,
     ) -> Vec<&ProcEntry> {
         let f = filter.to_lowercase();
         let matches = |e: &ProcEntry| {
@@ -67,6 +71,7 @@ impl ProcTable {
                 Order::Rss(_) => rss(e).unwrap_or(0) as f64,
                 Order::Wait => e.wait_pct,
                 Order::Io => e.read_per_s + e.write_per_s,
+                Order::Net => net(e.key.pid).unwrap_or(0.0),
             }
         };
         rest.sort_by(|a, b| {
