@@ -191,6 +191,10 @@ pub enum Table {
     Wait,
     /// One row per process shown per interval (the top K by disk bytes read and written).
     Io,
+    /// One row per server per interval (the top K by requests).
+    Servers,
+    /// One row per process shown per interval (the top K by socket bytes).
+    Net,
 }
 
 #[derive(Debug, Args)]

@@ -41,6 +41,11 @@ fn csv_header(out: &mut impl Write, t: Table) -> std::io::Result<()> {
         Table::Mem => "t_ms,seq,rank,pid,comm,rss_bytes,rss_delta_bytes,growth_bytes_per_s",
         Table::Wait => "t_ms,seq,rank,pid,comm,wait_ns,wait_pct",
         Table::Io => "t_ms,seq,rank,pid,comm,read_bytes,write_bytes",
+        Table::Servers => {
+            "t_ms,seq,rank,pid,comm,rps,requests,p50_us,p99_us,p999_us,max_us,conns,rx_bytes,\
+             tx_bytes"
+        }
+        Table::Net => "t_ms,seq,rank,pid,comm,rx_bytes,tx_bytes",
     };
     writeln!(out, "{h}")
 }
@@ -143,6 +148,48 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
             }
             Ok(())
         }
+        Table::Servers => {
+            let comm = |pid: u32| m.proc_info(pid).map_or(String::new(), |p| p.comm.clone());
+            let us = |ns: Option<u64>| opt(ns.map(|v| format!("{:.2}", v as f64 / 1000.0)));
+            for (rank, s) in m.servers.interval(comm).iter().take(k).enumerate() {
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{:.2},{},{},{},{},{},{},{},{}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    s.pid,
+                    csv_field(&s.comm),
+                    s.rps,
+                    s.requests,
+                    us(s.p50_ns),
+                    us(s.p99_ns),
+                    us(s.p999_ns),
+                    us((s.requests > 0).then_some(s.max_ns)),
+                    opt(s.conns),
+                    s.rx_bytes,
+                    s.tx_bytes
+                )?;
+            }
+            Ok(())
+        }
+        Table::Net => {
+            for (rank, n) in m.servers.top_net(k).iter().enumerate() {
+                let comm = m.proc_info(n.pid).map_or("", |p| p.comm.as_str());
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    n.pid,
+                    csv_field(comm),
+                    n.rx_bytes,
+                    n.tx_bytes
+                )?;
+            }
+            Ok(())
+        }
         Table::Exits => {
             for e in &b.exits {
                 let comm = m.proc_info(e.pid).map_or("", |p| p.comm.as_str());
@@ -227,5 +274,27 @@ mod tests {
         assert_eq!(csv_field("-c"), "'-c");
         assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
         assert_eq!(csv_field("bash -c x"), "bash -c x");
+    }
+
+    #[test]
+    fn servers_and_net_tables() {
+        let mut m = Model::new();
+        m.ingest(&crate::batch::build::plausible(2, 4));
+        let lines = |t: Table| {
+            let mut out = Vec::new();
+            csv_header(&mut out, t).unwrap();
+            csv_rows(&mut out, t, &m, 20).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let s = lines(Table::Servers);
+        let rows: Vec<&str> = s.lines().collect();
+        assert_eq!(rows.len(), 2, "{s}");
+        let header: Vec<&str> = rows[0].split(',').collect();
+        let row: Vec<&str> = rows[1].split(',').collect();
+        assert_eq!(header.len(), row.len());
+        assert_eq!(&row[3..8], &["1001", "worker-1", "8040.00", "402", row[7]]);
+        assert_eq!(row[11], "12");
+        let n = lines(Table::Net);
+        assert!(n.lines().nth(1).unwrap().ends_with(",1001,worker-1,40002,120000"), "{n}");
     }
 }
