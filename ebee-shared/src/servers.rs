@@ -35,8 +35,9 @@ pub const HIST_SLOTS: usize = 32;
 /// power of two has 8 buckets (a bucket spans at most 1/8 of its lower bound).
 pub const HIST_BUCKETS: usize = qos::BUCKETS / 4;
 /// Entries of the tgid -> histogram slot table (a power of two), indexed by `tgid & (N - 1)`
-/// and tagged with the tgid.
-pub const SLOT_INDEX: u32 = 32_768;
+/// and tagged with the tgid (two servers whose tgids share an index cannot both hold a slot;
+/// the less busy one's requests are counted, not in a histogram).
+pub const SLOT_INDEX: u32 = 4_096;
 /// Server connections followed at once (request state per socket); a new connection that
 /// finds the table full is counted in [`SrvSketch::conns_full`] and not followed.
 pub const CONN_ENTRIES: u32 = 65_536;

@@ -281,7 +281,7 @@ pub static SRV_CONNS: HashMap<u64, ebee_shared::servers::SrvConn> =
 /// Open server connections per process (a gauge: +1 when first seen, -1 at close).
 #[map]
 pub static SRV_CONN_COUNT: HashMap<u32, i64> =
-    HashMap::with_max_entries(ebee_shared::servers::CONN_COUNT_ENTRIES, 0);
+    HashMap::with_max_entries(ebee_shared::servers::CONN_COUNT_ENTRIES, BPF_F_NO_PREALLOC);
 
 /// Listening TCP ports, one bit per port: seeded by userspace, kept by `sock_state`.
 #[map]

@@ -30,6 +30,73 @@ impl Drop for Kill {
     }
 }
 
+/// Start `prog` with `args` in the background, its output discarded, killed when dropped.
+fn spawn(prog: &str, args: &[&str]) -> Result<Kill> {
+    let c = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {prog}"))?;
+    Ok(Kill(c))
+}
+
+/// Real servers under their own benchmark clients on loopback, for the SERVERS screens:
+/// redis-server under redis-benchmark, nginx under wrk (keep-alive).
+fn servers(dir: &Path) -> Result<Vec<Kill>> {
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off; worker_processes 2; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};\n\
+             fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n\
+             server {{ listen 127.0.0.1:18089; location / {{ return 200 \"ok\\n\"; }} }} }}\n",
+            d = dir.display()
+        ),
+    )?;
+    let conf = conf.display().to_string();
+    let d = dir.display().to_string();
+    let mut v = vec![
+        spawn(
+            "redis-server",
+            &[
+                "--port",
+                "16390",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                &d,
+            ],
+        )?,
+        spawn("nginx", &["-c", &conf, "-p", &d])?,
+    ];
+    std::thread::sleep(Duration::from_millis(500));
+    v.push(spawn(
+        "redis-benchmark",
+        &[
+            "-p",
+            "16390",
+            "-n",
+            "100000000",
+            "-c",
+            "8",
+            "-q",
+            "-t",
+            "get,set",
+        ],
+    )?);
+    v.push(spawn(
+        "wrk",
+        &["-t1", "-c16", "-d600s", "http://127.0.0.1:18089/"],
+    )?);
+    Ok(v)
+}
+
 fn load(args: &[&str]) -> Result<Kill> {
     let c = Command::new(util::root().join("target/release/ebee-load"))
         .args(args)
@@ -159,6 +226,8 @@ pub fn run() -> Result<()> {
     let _bursts = load(&["bursts", "--burst-ms", "20", "--idle-ms", "180"])?;
     let sleeper = load(&["sleeper", "--ms", "1"])?;
     let pin = format!("-p {}", sleeper.0.id());
+    let dir = tempfile_dir()?;
+    let _servers = servers(&dir)?;
     let shots = [
         Shot {
             name: "main-80x24",
@@ -180,6 +249,13 @@ pub fn run() -> Result<()> {
             h: 24,
             args: pin,
             keys: &[],
+        },
+        Shot {
+            name: "servers-120x30",
+            w: 120,
+            h: 30,
+            args: String::new(),
+            keys: &["S"],
         },
         Shot {
             name: "help-100x30",

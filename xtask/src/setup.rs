@@ -20,7 +20,15 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Debian packages the tests need (tmux drives the TUI end to end).
 const TEST_PACKAGES: &[&str] = &["tmux", "util-linux", "procps"];
 /// Debian packages `cargo xtask screenshots` needs (not the tests).
-const SCREENSHOT_PACKAGES: &[&str] = &["tmux", "aha", "chromium"];
+const SCREENSHOT_PACKAGES: &[&str] = &[
+    "tmux",
+    "aha",
+    "chromium",
+    "redis-server",
+    "redis-tools",
+    "nginx-light",
+    "wrk",
+];
 /// Debian packages the benchmarks need.
 const BENCH_PACKAGES: &[&str] = &[
     "redis-server",

@@ -295,6 +295,12 @@ mod tests {
         assert_eq!(&row[3..8], &["1001", "worker-1", "8040.00", "402", row[7]]);
         assert_eq!(row[11], "12");
         let n = lines(Table::Net);
-        assert!(n.lines().nth(1).unwrap().ends_with(",1001,worker-1,40002,120000"), "{n}");
+        assert!(
+            n.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with(",1001,worker-1,40002,120000"),
+            "{n}"
+        );
     }
 }

@@ -43,7 +43,10 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, full: bool) {
     let sort = app.srv_sort;
     // Fixed columns: mark, flag, PID, REQ/s, p50, p99, p99.9, CONNS, RX/s, TX/s and spacing.
     let fixed = 1 + 2 + 7 + 8 + 7 + 7 + 7 + 6 + 6 + 6 + 10;
-    let spark_w = (usize::from(area.width).saturating_sub(fixed + 16) / 2).clamp(0, 120);
+    // The p99 sparkline takes what the command leaves (16 columns for it in the full table,
+    // half of the rest under the process table).
+    let spare = usize::from(area.width).saturating_sub(fixed + 16);
+    let spark_w = if full { spare } else { spare / 2 }.min(200);
     let rows: Vec<Row> = servers
         .iter()
         .map(|s| {
@@ -117,7 +120,11 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, full: bool) {
         Constraint::Length(6),
     ];
     if spark_w >= 8 {
-        head.push(Cell::from(format!("p99, last {spark_w} intervals")));
+        head.push(Cell::from(if spark_w >= 24 {
+            format!("p99, last {spark_w} intervals")
+        } else {
+            "p99 trend".to_string()
+        }));
         widths.push(Constraint::Length(spark_w as u16));
     }
     head.push(Cell::from("COMMAND"));
