@@ -78,6 +78,11 @@ impl Probes {
         } else {
             None
         };
+        // Loading parsed the kernel's whole BTF (several MB, twice: ours and aya's); give the
+        // freed heap back to the system rather than keep it resident all day.
+        drop(aya_btf);
+        // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps.
+        unsafe { libc::malloc_trim(0) };
         Ok(Self {
             stats,
             want_stats: cfg.bpf_stats,
