@@ -123,7 +123,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, full: bool) {
         head.push(Cell::from(if spark_w >= 24 {
             format!("p99, last {spark_w} intervals")
         } else {
-            "p99 trend".to_string()
+            "p99".to_string()
         }));
         widths.push(Constraint::Length(spark_w as u16));
     }
