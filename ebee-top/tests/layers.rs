@@ -27,7 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["app", "batch", "model", "os", "record", "source", "time"],
     ),
     ("cli", &["time"]),
-    ("exit", &["probes", "record"]),
+    ("exit", &["frontend", "probes", "record"]),
     (
         "frontend",
         &[
