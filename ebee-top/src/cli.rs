@@ -438,8 +438,8 @@ mod tests {
         let c = Cli::try_parse_from(["ebee-top", "-b", "--listen", "127.0.0.1:9477"]).unwrap();
         assert_eq!(c.listen, Some("127.0.0.1:9477".parse().unwrap()));
         assert_eq!(c.metrics_top, DEFAULT_METRICS_TOP);
-        let c = Cli::try_parse_from(["ebee-top", "--listen", "[::1]:1", "--metrics-top", "5"])
-            .unwrap();
+        let c =
+            Cli::try_parse_from(["ebee-top", "--listen", "[::1]:1", "--metrics-top", "5"]).unwrap();
         assert_eq!(c.metrics_top, 5);
         let c = Cli::try_parse_from(["ebee-top", "serve", "--listen", "0.0.0.0:9477"]).unwrap();
         match c.command {
@@ -455,7 +455,13 @@ mod tests {
             &["ebee-top", "--listen", "1.2.3.4"],
             &["ebee-top", "--metrics-top", "5"],
             &["ebee-top", "--listen", "127.0.0.1:1", "--metrics-top", "0"],
-            &["ebee-top", "--listen", "127.0.0.1:1", "--metrics-top", "501"],
+            &[
+                "ebee-top",
+                "--listen",
+                "127.0.0.1:1",
+                "--metrics-top",
+                "501",
+            ],
             &["ebee-top", "serve"],
             &["ebee-top", "-b", "serve", "--listen", "127.0.0.1:1"],
         ] {

@@ -182,7 +182,11 @@ pub fn free_port() -> u16 {
 
 /// One HTTP/1.1 GET over a fresh connection (`Connection: close`), with extra header lines;
 /// returns (status, head, body). Enough for the metrics endpoint and Prometheus' API.
-pub fn http_get(addr: &str, path: &str, headers: &[&str]) -> std::io::Result<(u16, String, String)> {
+pub fn http_get(
+    addr: &str,
+    path: &str,
+    headers: &[&str],
+) -> std::io::Result<(u16, String, String)> {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
@@ -203,7 +207,10 @@ pub fn http_get(addr: &str, path: &str, headers: &[&str]) -> std::io::Result<(u1
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     // Prometheus answers its API chunked: undo it.
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_owned()
@@ -245,7 +252,8 @@ impl Serve {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting ebee-top serve: {e}"));
-        let mut err = std::io::BufReader::new(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
+        let mut err =
+            std::io::BufReader::new(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
         let mut line = String::new();
         let _ = err.read_line(&mut line);
         let addr = line

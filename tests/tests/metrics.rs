@@ -95,9 +95,7 @@ fn a_scrape_passes_promtool_and_shows_the_busy_child() {
 fn encode(q: &str) -> String {
     q.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => {
-                (b as char).to_string()
-            }
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
             _ => format!("%{b:02X}"),
         })
         .collect()
@@ -121,7 +119,9 @@ fn prom_query(addr: &str, q: &str, at: f64) -> Vec<serde_json::Value> {
 
 /// Linear interpolation of a (unix seconds, ns) log at `t`.
 fn at(log: &[(f64, u64)], t: f64) -> f64 {
-    let i = log.partition_point(|(ts, _)| *ts < t).clamp(1, log.len() - 1);
+    let i = log
+        .partition_point(|(ts, _)| *ts < t)
+        .clamp(1, log.len() - 1);
     let ((t0, v0), (t1, v1)) = (log[i - 1], log[i]);
     v0 as f64 + (v1 as f64 - v0 as f64) * (t - t0) / (t1 - t0)
 }
@@ -189,7 +189,10 @@ fn prometheus_rate_of_a_child_matches_schedstat() {
         // is the same quantity (rate() extrapolates that slope to the window's edges).
         let raw = prom_query(&prom_addr, &format!("{sel}[10s]"), t);
         let values = raw[0]["values"].as_array().unwrap();
-        assert!(values.len() >= 8, "a 1 s scrape gives ~10 samples in 10 s: {values:?}");
+        assert!(
+            values.len() >= 8,
+            "a 1 s scrape gives ~10 samples in 10 s: {values:?}"
+        );
         let ts = |i: usize| values[i][0].as_f64().unwrap();
         let (t0, t1) = (ts(0), ts(values.len() - 1));
         let truth = (at(log, t1) - at(log, t0)) / (t1 - t0) / 1e9;

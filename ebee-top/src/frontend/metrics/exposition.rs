@@ -281,11 +281,17 @@ mod tests {
         assert!(!text.contains("ebee_empty"));
         assert!(!text.contains("# EOF"));
         let om = String::from_utf8(s.render(Format::OpenMetrics).to_vec()).unwrap();
-        assert!(om.contains("# TYPE ebee_process_cpu_seconds counter\n"), "{om}");
+        assert!(
+            om.contains("# TYPE ebee_process_cpu_seconds counter\n"),
+            "{om}"
+        );
         assert!(om.contains("# UNIT ebee_process_cpu_seconds seconds\n"));
         assert!(om.ends_with("# EOF\n"));
         assert_eq!(s.series(), 3);
-        assert_eq!(s.families()[0].exposed_name(), "ebee_process_cpu_seconds_total");
+        assert_eq!(
+            s.families()[0].exposed_name(),
+            "ebee_process_cpu_seconds_total"
+        );
     }
 
     #[test]
@@ -299,8 +305,14 @@ mod tests {
             (Some(prom), OpenMetrics),
             (Some("*/*"), Prometheus),
             (Some("text/plain"), Prometheus),
-            (Some("application/openmetrics-text; version=1.0.0"), OpenMetrics),
-            (Some("application/openmetrics-text;q=0.3, text/plain"), Prometheus),
+            (
+                Some("application/openmetrics-text; version=1.0.0"),
+                OpenMetrics,
+            ),
+            (
+                Some("application/openmetrics-text;q=0.3, text/plain"),
+                Prometheus,
+            ),
             (Some("application/openmetrics-text;q=0"), Prometheus),
             (Some("application/openmetrics-text;q=abc"), Prometheus),
             (Some("garbage;;;===,,"), Prometheus),

@@ -109,7 +109,11 @@ mod tests {
             if j < b.len() {
                 assert!(v <= b.bounds_ns[j], "{v} in bucket le={}", b.bounds_ns[j]);
                 if j > 0 {
-                    assert!(v >= b.bounds_ns[j - 1], "{v} above le={}", b.bounds_ns[j - 1]);
+                    assert!(
+                        v >= b.bounds_ns[j - 1],
+                        "{v} above le={}",
+                        b.bounds_ns[j - 1]
+                    );
                 }
             } else {
                 // The kernel's last bucket is open-ended.
@@ -122,7 +126,10 @@ mod tests {
     fn counts_add_up() {
         let b = Buckets::new();
         let mut acc = b.zeros();
-        b.add(&mut acc, &vec![(bucket(5_000) as u16, 3), (bucket(2_000_000) as u16, 4)]);
+        b.add(
+            &mut acc,
+            &vec![(bucket(5_000) as u16, 3), (bucket(2_000_000) as u16, 4)],
+        );
         b.add(&mut acc, &vec![(bucket(5_100) as u16, 1)]);
         assert_eq!(acc.iter().sum::<u64>(), 8);
         let p = b.prometheus(&acc);

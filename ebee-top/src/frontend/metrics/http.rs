@@ -160,7 +160,10 @@ fn respond_to(
             let format = Format::negotiate(accept);
             let mut r = Response::new(Full::new(snap.render(format)));
             let h = r.headers_mut();
-            h.insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+            h.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(format.content_type()),
+            );
             h.insert(VARY, HeaderValue::from_static("Accept"));
             r
         }
@@ -174,7 +177,10 @@ fn respond_to(
                 .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
             r
         }
-        _ => plain(StatusCode::NOT_FOUND, "not found: metrics are at /metrics\n"),
+        _ => plain(
+            StatusCode::NOT_FOUND,
+            "not found: metrics are at /metrics\n",
+        ),
     }
 }
 

@@ -220,7 +220,10 @@ mod tests {
         assert_eq!(value(&out, "ebee_intervals_total", &[]), Some(3.0));
         assert_eq!(value(&out, "ebee_context_switches_total", &[]), Some(300.0));
         assert_eq!(value(&out, "ebee_self_cpu_seconds_total", &[]), Some(0.003));
-        assert_eq!(value(&out, "ebee_self_bpf_run_seconds_total", &[]), Some(0.001));
+        assert_eq!(
+            value(&out, "ebee_self_bpf_run_seconds_total", &[]),
+            Some(0.001)
+        );
         assert_eq!(value(&out, "ebee_self_bpf_runs_total", &[]), Some(20.0));
         assert_eq!(value(&out, "ebee_interval_seconds", &[]), Some(0.05));
         assert_eq!(

@@ -303,7 +303,10 @@ mod tests {
                 .mem(3, 200, 0)
                 .mem(4, 0, 0)
                 .with(|b| {
-                    b.wait = vec![WaitRow { pid: 3, ns: 2_000_000_000 }];
+                    b.wait = vec![WaitRow {
+                        pid: 3,
+                        ns: 2_000_000_000,
+                    }];
                     b.io = vec![IoRow {
                         pid: 4,
                         read_bytes: 7,
@@ -331,7 +334,10 @@ mod tests {
             vec![("4".into(), 7.0)]
         );
         assert!(pids("ebee_process_disk_written_bytes_total").is_empty());
-        assert_eq!(pids("ebee_process_cpu_seconds_total"), vec![("1".into(), 5e-9)]);
+        assert_eq!(
+            pids("ebee_process_cpu_seconds_total"),
+            vec![("1".into(), 5e-9)]
+        );
     }
 
     #[test]
