@@ -111,6 +111,78 @@ mod tests {
         assert!(!text.contains("ebee_process_cpu"));
     }
 
+    /// Every series of the worst case: K processes per measure all different, 8 pins.
+    #[test]
+    fn the_number_of_series_is_bounded_as_documented() {
+        use crate::batch::qos::{QosSample, RequestSample, SyscallSample};
+        use crate::batch::wait::{IoRow, WaitRow};
+        let k = 7u32;
+        let mut m = Meter::new(k as usize);
+        let mut b = Batch::build(1, 0, 50_000_000)
+            .with(|b| {
+                b.cost.bpf_ns = Some(1);
+                b.cost.bpf_runs = Some(1);
+                b.qos.request_model = true;
+            })
+            .done();
+        // Five disjoint groups of 3K processes, one per measure: only K of each exported.
+        for i in 0..3 * k {
+            b.cpu.push(crate::batch::CpuRow {
+                pid: 1000 + i,
+                ns: 1,
+                bins: vec![],
+            });
+            b.wait.push(WaitRow {
+                pid: 2000 + i,
+                ns: 1,
+            });
+            b.io.push(IoRow {
+                pid: 3000 + i,
+                read_bytes: 1,
+                write_bytes: 0,
+            });
+            b.io.push(IoRow {
+                pid: 4000 + i,
+                read_bytes: 0,
+                write_bytes: 1,
+            });
+            b.mem.push(crate::batch::MemRow {
+                pid: 5000 + i,
+                rss_bytes: 4096,
+                rss_delta_bytes: 0,
+            });
+        }
+        for pid in 1..=8 {
+            b.qos.procs.push(QosSample {
+                pid,
+                syscalls: vec![SyscallSample {
+                    count: 1,
+                    ..Default::default()
+                }],
+                requests: RequestSample {
+                    requests: 1,
+                    hist: vec![(500, 1)],
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+        }
+        m.ingest(&b);
+        let text = String::from_utf8(m.snapshot().render(Format::Prometheus).to_vec()).unwrap();
+        let count = |prefix: &str| {
+            text.lines()
+                .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
+                .count()
+        };
+        assert_eq!(count("ebee_process_"), 5 * k as usize);
+        // 3 counters and a histogram of 53 buckets, +Inf, sum and count per pin.
+        assert_eq!(count("ebee_pinned_"), 8 * 59);
+        let own = text.lines().filter(|l| !l.starts_with('#')).count()
+            - count("ebee_process_")
+            - count("ebee_pinned_");
+        assert_eq!(own, 28, "{text}");
+    }
+
     #[test]
     fn every_family_name_is_prefixed_and_unique() {
         let mut m = Meter::new(3);
