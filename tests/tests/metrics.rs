@@ -334,3 +334,62 @@ fn a_port_in_use_exits_9_before_anything_loads() {
     }
     drop(taken);
 }
+
+#[test]
+fn a_pinned_servers_requests_are_exported() {
+    if !privileged("a_pinned_servers_requests_are_exported") {
+        return;
+    }
+    // This test process is the server: 4-byte requests, each answered after 1 ms.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4];
+                while c.read_exact(&mut buf).is_ok() {
+                    std::thread::sleep(Duration::from_millis(1));
+                    if c.write_all(&buf).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let me = std::process::id().to_string();
+    let serve = Serve::start(&["-d", "0.1", "-p", &me]);
+    std::thread::sleep(Duration::from_millis(300));
+    const N: usize = 300;
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut buf = [0u8; 4];
+    for _ in 0..N {
+        c.write_all(b"ping").unwrap();
+        c.read_exact(&mut buf).unwrap();
+    }
+    drop(c);
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, _, body) = scrape(&serve.addr, None);
+    let value = |name: &str| -> f64 {
+        let prefix = format!("{name}{{pid=\"{me}\",comm=\"");
+        body.lines()
+            .find(|l| l.starts_with(&prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no {prefix} in\n{body}"))
+            .parse()
+            .unwrap()
+    };
+    let requests = value("ebee_pinned_requests_total");
+    assert_eq!(requests, N as f64, "requests served: {N}");
+    assert_eq!(
+        value("ebee_pinned_request_duration_seconds_count"),
+        requests
+    );
+    let mean = value("ebee_pinned_request_duration_seconds_sum") / requests;
+    assert!(
+        (0.001..0.05).contains(&mean),
+        "1 ms of work per request, mean {mean} s"
+    );
+    assert!(value("ebee_pinned_syscalls_total") >= 2.0 * N as f64);
+    assert_eq!(serve.stop(), Some(0));
+}
