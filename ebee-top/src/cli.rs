@@ -154,6 +154,14 @@ pub enum Command {
     /// Run headless: no terminal, serve Prometheus metrics at http://ADDR:PORT/metrics until
     /// SIGTERM or SIGINT; messages go to stderr.
     Serve(ServeArgs),
+    /// Print a completion script for SHELL to stdout (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout; the Debian package installs it.
+    #[command(hide = true)]
+    Manpage,
 }
 
 #[derive(Debug, Args)]
@@ -431,6 +439,20 @@ mod tests {
             Some(Command::Replay(r)) => assert_eq!(r.screen.color, ColorArg::Never),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn completions_and_manpage_parse() {
+        let c = Cli::try_parse_from(["ebee-top", "completions", "bash"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Some(Command::Completions {
+                shell: clap_complete::Shell::Bash
+            })
+        ));
+        let c = Cli::try_parse_from(["ebee-top", "manpage"]).unwrap();
+        assert!(matches!(c.command, Some(Command::Manpage)));
+        assert!(Cli::try_parse_from(["ebee-top", "completions", "tcsh"]).is_err());
     }
 
     #[test]

@@ -36,6 +36,10 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             ebee_top::probes::preflight::check_live()?;
             return frontend::metrics::serve(a, endpoint);
         }
+        Some(Command::Completions { shell }) => {
+            return frontend::assets::completions(*shell, &mut std::io::stdout().lock());
+        }
+        Some(Command::Manpage) => return frontend::assets::manpage(&mut std::io::stdout().lock()),
         None => {}
     }
     let endpoint = frontend::metrics::bind(cli.listen)?;
