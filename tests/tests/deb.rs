@@ -45,8 +45,7 @@ fn the_debian_package_installs_runs_and_removes() {
         return;
     }
     assert!(
-        !Path::new("/usr/bin/ebee-top").exists()
-            || run("dpkg-query", &["-W", "ebee-top"]).0,
+        !Path::new("/usr/bin/ebee-top").exists() || run("dpkg-query", &["-W", "ebee-top"]).0,
         "/usr/bin/ebee-top exists and is not from the package: not overwriting it"
     );
     let (ok, out) = run("dpkg", &["-i", deb.to_str().unwrap()]);
