@@ -196,8 +196,7 @@ impl Source for Metered {
     }
 }
 
-/// Start the endpoint given with `--listen` (bound earlier by main), with a line on stderr
-/// saying where.
+/// Start the endpoint given with `--listen` (bound earlier by main, before anything loaded).
 pub fn start(endpoint: Option<Endpoint>, k: u32) -> anyhow::Result<Option<Metrics>> {
     let Some(ep) = endpoint else {
         return Ok(None);
@@ -235,4 +234,81 @@ pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
     drop(source);
     eprintln!("ebee-top: stopping");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+
+    use super::*;
+    use crate::batch::ProcInfo;
+
+    #[test]
+    fn the_drain_never_waits_on_a_stalled_metrics_thread() {
+        // A queue nobody reads: every offer past its capacity returns at once, counted.
+        let (tx, _rx) = mpsc::sync_channel::<Box<Batch>>(QUEUE);
+        let tap = Tap {
+            tx,
+            dropped: Arc::new(AtomicU64::new(0)),
+        };
+        let b = Batch::build(1, 0, 1).done();
+        for _ in 0..QUEUE + 10 {
+            tap.offer(&b);
+        }
+        assert_eq!(tap.dropped.load(Ordering::Relaxed), 10);
+    }
+
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// Batches through the tap, the fold thread and hyper on a real socket (no eBPF needed).
+    #[test]
+    fn batches_offered_are_served() {
+        let ep = Endpoint::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = ep.addr();
+        assert_ne!(addr.port(), 0, "the port the kernel chose");
+        let m = Metrics::start(ep, 5).unwrap();
+        let tap = m.tap();
+        for seq in 1..=3 {
+            tap.offer(
+                &Batch::build(seq, seq * 1_000_000, 1_000_000)
+                    .cpu(42, 500_000, &[])
+                    .proc(ProcInfo::named(42, "worker"))
+                    .done(),
+            );
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let body = loop {
+            let r = get(addr, "/metrics");
+            if r.contains("ebee_intervals_total 3") || std::time::Instant::now() > deadline {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+        assert!(body.contains("ebee_intervals_total 3"), "{body}");
+        assert!(
+            body.contains(r#"ebee_process_cpu_seconds_total{pid="42",comm="worker"} 0.0015"#),
+            "{body}"
+        );
+        assert!(get(addr, "/nope").starts_with("HTTP/1.1 404"));
+        // A second bind of the same address is the typed error behind exit code 9.
+        let e = Endpoint::bind(addr).unwrap_err();
+        assert!(e.to_string().contains("already in use"), "{e}");
+        drop(m);
+        assert!(
+            std::net::TcpStream::connect(addr).is_err(),
+            "the server is gone with the handle"
+        );
+    }
 }
