@@ -393,3 +393,53 @@ fn a_pinned_servers_requests_are_exported() {
     assert!(value("ebee_pinned_syscalls_total") >= 2.0 * N as f64);
     assert_eq!(serve.stop(), Some(0));
 }
+
+#[test]
+fn batch_mode_serves_metrics_beside_its_output() {
+    if !privileged("batch_mode_serves_metrics_beside_its_output") {
+        return;
+    }
+    use std::io::BufRead as _;
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = Command::new(bin("ebee-top"))
+        .args(["-b", "--format", "json", "-d", "0.1", "--listen", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut lines = 0;
+    while lines < 5 {
+        let mut l = String::new();
+        assert!(
+            out.read_line(&mut l).unwrap() > 0,
+            "batch output ended early"
+        );
+        serde_json::from_str::<serde_json::Value>(&l).expect("stdout stays JSON Lines");
+        lines += 1;
+    }
+    let (status, _, body) = scrape(&addr, None);
+    assert_eq!(status, 200);
+    let n: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("ebee_intervals_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n >= 4.0, "{n} intervals after 5 lines printed");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        std::net::TcpStream::connect(&addr).is_err(),
+        "nothing listens after exit"
+    );
+}

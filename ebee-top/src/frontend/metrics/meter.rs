@@ -10,7 +10,15 @@
 //! (`ebee_server_requests_total`, `ebee_server_request_duration_seconds`) are meant to go in
 //! this way once the servers pipeline puts its rows in the Batch, using
 //! [`super::histogram::Buckets`] to turn the kernel's log-linear histograms into Prometheus
-//! buckets (as the pinned-process section does).
+//! buckets (as the pinned-process section does, in pinned.rs: copy its shape). In outline:
+//! a `Servers` section keyed by whatever identifies a server in those rows (pid and port,
+//! say), holding per server a request count, a latency sum and `Buckets::zeros()` counts;
+//! `ingest` adds each row's interval to them (`Buckets::add` for the histogram) and forgets
+//! servers that ended; `families` emits `ebee_server_requests` (counter) and
+//! `ebee_server_request_duration` (`Unit::Seconds`, histogram), bounded by the pipeline's own
+//! table size or a top K like process.rs. Then a line in `Meter::new`, a row in the README's
+//! metrics table, and the cardinality sums there and in
+//! `the_number_of_series_is_bounded_as_documented` below.
 
 use prometheus_client::registry::Unit;
 
