@@ -164,10 +164,25 @@ fn prometheus_rate_of_a_child_matches_schedstat() {
             .spawn()
             .expect("prometheus (Debian package prometheus; cargo xtask setup installs it)"),
     );
-    // The children's ground truth, every 50 ms, while Prometheus gathers 13 s of scrapes.
+    // Wait for its first scrape of ebee-top (it starts, then hands targets to the scrapers
+    // after up to 5 s), then log the children's ground truth every 50 ms while it gathers 12 s
+    // of scrapes.
+    let ready = Instant::now();
+    loop {
+        let up = http_get(&prom_addr, "/-/ready", &[]).is_ok_and(|(s, _, _)| s == 200)
+            && !prom_query(&prom_addr, "ebee_intervals_total", unix_s()).is_empty();
+        if up {
+            break;
+        }
+        assert!(
+            ready.elapsed() < Duration::from_secs(25),
+            "Prometheus has not scraped ebee-top in 25 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let start = Instant::now();
     let mut logs: Vec<Vec<(f64, u64)>> = vec![Vec::new(); children.len()];
-    while start.elapsed() < Duration::from_secs(15) {
+    while start.elapsed() < Duration::from_secs(12) {
         for (log, c) in logs.iter_mut().zip(&children) {
             log.push((unix_s(), schedstat_ns(c.pid()).unwrap()));
         }
