@@ -230,6 +230,12 @@ fn prometheus_rate_of_a_child_matches_schedstat() {
             err * 100.0
         );
     }
+    // Prometheus asked for OpenMetrics (it prefers it) and parsed every scrape.
+    let (_, _, targets) = http_get(&prom_addr, "/api/v1/targets", &[]).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&targets).unwrap();
+    let target = &v["data"]["activeTargets"][0];
+    assert_eq!(target["health"], "up", "{target}");
+    assert_eq!(target["lastError"], "", "{target}");
     assert_eq!(serve.stop(), Some(0));
 }
 
