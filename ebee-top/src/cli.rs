@@ -1,6 +1,7 @@
 //! Command-line flags (clap types only; what they mean to each front-end is decided there).
 //! Parsing errors exit with code 2, like every other usage error.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -124,12 +125,29 @@ pub struct Cli {
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub record_rotate: Option<u32>,
 
+    /// Also serve Prometheus metrics at http://ADDR:PORT/metrics while the screen or batch
+    /// mode runs (an IP address and port: 127.0.0.1:9477, [::1]:9477; 0.0.0.0 exposes them to
+    /// the network).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+
+    /// With --listen: processes exported per measure (CPU, memory, wait, disk read, disk
+    /// write); the number of series is bounded by five times this.
+    #[arg(long, value_name = "K", default_value_t = DEFAULT_METRICS_TOP, requires = "listen",
+          value_parser = clap::value_parser!(u32).range(1..=MAX_METRICS_TOP as i64))]
+    pub metrics_top: u32,
+
     #[command(flatten)]
     pub screen: ScreenArgs,
 
     #[command(subcommand)]
     pub command: Option<Command>,
 }
+
+/// Default of `--metrics-top`.
+pub const DEFAULT_METRICS_TOP: u32 = 20;
+/// Largest `--metrics-top`: keeps a scrape at a few thousand series at most.
+pub const MAX_METRICS_TOP: u32 = 500;
 
 /// Subcommands; without one, ebee-top monitors the live kernel.
 #[derive(Debug, Subcommand)]
@@ -138,6 +156,46 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Write a recording's intervals as JSON Lines (the batch schema), CSV or text.
     Export(ExportArgs),
+    /// Run headless: no terminal, serve Prometheus metrics at http://ADDR:PORT/metrics until
+    /// SIGTERM or SIGINT; messages go to stderr.
+    Serve(ServeArgs),
+    /// Print a completion script for SHELL to stdout (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout; the Debian package installs it.
+    #[command(hide = true)]
+    Manpage,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where to serve the metrics: an IP address and port (127.0.0.1:9477, [::1]:9477;
+    /// 0.0.0.0:9477 exposes them to the network).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: SocketAddr,
+
+    /// Seconds between intervals (minimum 0.01). Scrapes see the last closed interval.
+    #[arg(short = 'd', long = "delay", value_name = "SECS", default_value = "1",
+          value_parser = parse_delay)]
+    pub delay: Duration,
+
+    /// Processes exported per measure (CPU, memory, wait, disk read, disk write).
+    #[arg(long, value_name = "K", default_value_t = DEFAULT_METRICS_TOP,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_METRICS_TOP as i64))]
+    pub metrics_top: u32,
+
+    /// Pin processes for syscall and request QoS (at most 8); their request counts and
+    /// latency histograms are exported.
+    #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub pids: Vec<u32>,
+
+    /// Do not turn on the kernel's BPF run-time statistics (ebee-top's own eBPF run time is
+    /// then not exported).
+    #[arg(long)]
+    pub no_bpf_stats: bool,
 }
 
 #[derive(Debug, Args)]
@@ -389,6 +447,56 @@ mod tests {
         match c.command {
             Some(Command::Replay(r)) => assert_eq!(r.screen.color, ColorArg::Never),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn completions_and_manpage_parse() {
+        let c = Cli::try_parse_from(["ebee-top", "completions", "bash"]).unwrap();
+        assert!(matches!(
+            c.command,
+            Some(Command::Completions {
+                shell: clap_complete::Shell::Bash
+            })
+        ));
+        let c = Cli::try_parse_from(["ebee-top", "manpage"]).unwrap();
+        assert!(matches!(c.command, Some(Command::Manpage)));
+        assert!(Cli::try_parse_from(["ebee-top", "completions", "tcsh"]).is_err());
+    }
+
+    #[test]
+    fn listen_flags_and_serve() {
+        let c = Cli::try_parse_from(["ebee-top", "-b", "--listen", "127.0.0.1:9477"]).unwrap();
+        assert_eq!(c.listen, Some("127.0.0.1:9477".parse().unwrap()));
+        assert_eq!(c.metrics_top, DEFAULT_METRICS_TOP);
+        let c =
+            Cli::try_parse_from(["ebee-top", "--listen", "[::1]:1", "--metrics-top", "5"]).unwrap();
+        assert_eq!(c.metrics_top, 5);
+        let c = Cli::try_parse_from(["ebee-top", "serve", "--listen", "0.0.0.0:9477"]).unwrap();
+        match c.command {
+            Some(Command::Serve(s)) => {
+                assert_eq!(s.listen.port(), 9477);
+                assert_eq!(s.delay, Duration::from_secs(1));
+                assert_eq!(s.metrics_top, DEFAULT_METRICS_TOP);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            &["ebee-top", "--listen", "localhost"][..],
+            &["ebee-top", "--listen", "1.2.3.4"],
+            &["ebee-top", "--metrics-top", "5"],
+            &["ebee-top", "--listen", "127.0.0.1:1", "--metrics-top", "0"],
+            &[
+                "ebee-top",
+                "--listen",
+                "127.0.0.1:1",
+                "--metrics-top",
+                "501",
+            ],
+            &["ebee-top", "serve"],
+            &["ebee-top", "-b", "serve", "--listen", "127.0.0.1:1"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
         }
     }
 

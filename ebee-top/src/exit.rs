@@ -23,10 +23,20 @@ pub const BAD_RECORDING: i32 = 7;
 /// A recording written by a newer ebee-top (an unknown format version).
 pub const NEWER_RECORDING: i32 = 8;
 
+/// `--listen` cannot be used: the port is in use, the address is not this machine's, or
+/// binding it is not allowed.
+pub const CANNOT_LISTEN: i32 = 9;
+
 /// The exit code for an error, from the first typed cause in its chain.
 pub fn code_for(err: &anyhow::Error) -> i32 {
     use crate::probes::{ProbeError, qos::PinError};
     for cause in err.chain() {
+        if cause
+            .downcast_ref::<crate::frontend::metrics::ListenError>()
+            .is_some()
+        {
+            return CANNOT_LISTEN;
+        }
         if let Some(p) = cause.downcast_ref::<ProbeError>() {
             return match p {
                 ProbeError::Permission => NO_PRIVILEGE,

@@ -30,14 +30,25 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
         Some(Command::Replay(a)) => return frontend::replay::run(a),
         Some(Command::Export(a)) => return frontend::export::run(a),
+        Some(Command::Serve(a)) => {
+            // The port first: a port in use is one line before anything is loaded.
+            let endpoint = frontend::metrics::Endpoint::bind(a.listen)?;
+            ebee_top::probes::preflight::check_live()?;
+            return frontend::metrics::serve(a, endpoint);
+        }
+        Some(Command::Completions { shell }) => {
+            return frontend::assets::completions(*shell, &mut std::io::stdout().lock());
+        }
+        Some(Command::Manpage) => return frontend::assets::manpage(&mut std::io::stdout().lock()),
         None => {}
     }
+    let endpoint = frontend::metrics::bind(cli.listen)?;
     ebee_top::probes::preflight::check_live()?;
     if cli.print_maps {
         frontend::maps::run(cli)
     } else if cli.batch {
-        frontend::lines::run(cli)
+        frontend::lines::run(cli, endpoint)
     } else {
-        frontend::live::run(cli)
+        frontend::live::run(cli, endpoint)
     }
 }

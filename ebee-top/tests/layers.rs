@@ -27,13 +27,13 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["app", "batch", "model", "os", "record", "source", "time"],
     ),
     ("cli", &["time"]),
-    ("exit", &["probes", "record"]),
     (
         "frontend",
         &[
             "app", "batch", "cli", "model", "os", "probes", "record", "source", "time", "view",
         ],
     ),
+    ("exit", &["frontend", "probes", "record"]),
 ];
 
 fn src_dir() -> PathBuf {

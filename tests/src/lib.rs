@@ -170,3 +170,123 @@ pub fn loaded_map_ids() -> Vec<u32> {
         .map(|m| m.id())
         .collect()
 }
+
+/// A free TCP port on 127.0.0.1 (bound and released: another process could take it in
+/// between, which on a test machine does not happen in practice).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("finding a free port: {e}"))
+}
+
+/// One HTTP/1.1 GET over a fresh connection (`Connection: close`), with extra header lines;
+/// returns (status, head, body). Enough for the metrics endpoint and Prometheus' API.
+pub fn http_get(
+    addr: &str,
+    path: &str,
+    headers: &[&str],
+) -> std::io::Result<(u16, String, String)> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for h in headers {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    // Prometheus answers its API chunked: undo it.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Ok((status, head.to_owned(), body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// `ebee-top serve` on a free loopback port, stopped with SIGTERM when dropped.
+pub struct Serve {
+    pub child: Child,
+    /// `127.0.0.1:PORT`, as it reported it.
+    pub addr: String,
+}
+
+impl Serve {
+    /// Start it with extra arguments and wait for its "serving" line.
+    pub fn start(args: &[&str]) -> Serve {
+        use std::io::BufRead as _;
+        let mut child = Command::new(bin("ebee-top"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting ebee-top serve: {e}"));
+        let mut err =
+            std::io::BufReader::new(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
+        let mut line = String::new();
+        let _ = err.read_line(&mut line);
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .unwrap_or_else(|| panic!("ebee-top serve said: {line:?}"))
+            .to_owned();
+        // Keep draining stderr so the child never blocks on it.
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            while err.read_line(&mut rest).is_ok_and(|n| n > 0) {
+                eprint!("ebee-top serve: {rest}");
+                rest.clear();
+            }
+        });
+        Serve { child, addr }
+    }
+
+    /// SIGTERM, then the exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+    }
+}

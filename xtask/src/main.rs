@@ -2,6 +2,7 @@
 //! first, idempotently (seconds when everything is already there).
 
 mod bench;
+mod deb;
 mod screenshots;
 mod setup;
 mod util;
@@ -44,6 +45,10 @@ enum Cmd {
     },
     /// Regenerate the PNGs in screenshots/ from the real binary (tmux, aha, headless Chromium).
     Screenshots,
+    /// Build the Debian package (cargo-deb): target/debian/ebee-top.deb with the binary, the
+    /// systemd unit, the man page, shell completions and the example Prometheus and Grafana
+    /// files.
+    Deb,
     /// Benchmarks; each prints a table and updates BENCHMARKS.md.
     Bench {
         #[command(subcommand)]
@@ -67,6 +72,9 @@ fn main() {
         Cmd::Test { filter } => test(filter),
         Cmd::Bench { which } => bench::run(which),
         Cmd::Screenshots => screenshots::run(),
+        Cmd::Deb => setup::setup(setup::Needs::default())
+            .and_then(|()| util::build_release())
+            .and_then(|()| deb::build()),
     };
     if let Err(e) = r {
         eprintln!("xtask: {e:#}");
@@ -108,6 +116,8 @@ fn test(filter: Option<String>) -> Result<()> {
     ];
     unit.extend(f.iter().map(String::as_str));
     util::step("unit tests", || util::cargo(&unit))?;
+    // The package the privileged tests install and remove.
+    deb::build()?;
     // Privileged tests load eBPF and measure CPU time: one at a time, as root.
     let mut args = vec!["test", "--release", "-p", "ebee-tests"];
     args.extend(f.iter().map(String::as_str));

@@ -17,8 +17,17 @@ pub struct Needs {
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
-/// Debian packages the tests need (tmux drives the TUI end to end).
-const TEST_PACKAGES: &[&str] = &["tmux", "util-linux", "procps"];
+/// Debian packages the tests need (tmux drives the TUI end to end; prometheus brings the real
+/// Prometheus and promtool the metrics tests scrape and check with; man-db reads the Debian
+/// package's man page, gzip compresses it).
+const TEST_PACKAGES: &[&str] = &[
+    "tmux",
+    "util-linux",
+    "procps",
+    "prometheus",
+    "man-db",
+    "gzip",
+];
 /// Debian packages `cargo xtask screenshots` needs (not the tests).
 const SCREENSHOT_PACKAGES: &[&str] = &[
     "tmux",

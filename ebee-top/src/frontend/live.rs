@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use super::metrics::Endpoint;
 use super::screen::{self, Inputs};
 use crate::app::{App, Effect, Msg};
 use crate::cli::Cli;
 use crate::record::RecStatus;
 use crate::source::{Live, Source, Tee};
 
-/// `ebee-top` without `-b`.
-pub fn run(cli: &Cli) -> anyhow::Result<()> {
+/// `ebee-top` without `-b` (with `--listen`, serving metrics meanwhile).
+pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() {
         anyhow::bail!("standard output is not a terminal; use --batch for scripts and pipes");
@@ -39,6 +40,8 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         }),
         None => Box::new(live),
     };
+    let metrics = super::metrics::start(endpoint, cli.metrics_top)?;
+    let source = super::metrics::wrap(source, metrics.as_ref());
     spawn_drain(source, tx.clone(), ctl_rx)?;
     let host_tx = tx.clone();
     crate::os::host::spawn(move |h| host_tx.send(Msg::Host(Box::new(h))).is_ok())

@@ -1,13 +1,17 @@
 //! The ways to run ebee-top, each a front-end over the layers below: the interactive screen
 //! (live in live.rs, a recording in replay.rs, both through the screen loop in screen/), batch
-//! output (lines/), export of a recording (export.rs) and `--print-maps` (maps.rs). `main.rs`
-//! picks one. Here are the pieces they share.
+//! output (lines/), export of a recording (export.rs), `--print-maps` (maps.rs), and the
+//! Prometheus endpoint (metrics/: beside the screen or batch mode, or headless as `serve`),
+//! and the shell completions and man page (assets.rs).
+//! `main.rs` picks one. Here are the pieces they share.
 
+pub mod assets;
 pub mod export;
 pub mod latency;
 pub mod lines;
 pub mod live;
 pub mod maps;
+pub mod metrics;
 pub mod recording;
 pub mod replay;
 pub mod screen;

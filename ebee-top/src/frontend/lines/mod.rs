@@ -13,6 +13,7 @@ pub use json::write_json;
 pub use text::write_text;
 
 use super::latency::Latency;
+use super::metrics::Endpoint;
 use crate::cli::{Cli, Format};
 use crate::model::Model;
 use crate::source::{Live, Source, Tee};
@@ -29,18 +30,21 @@ pub fn write(out: &mut impl std::io::Write, m: &Model, k: usize, f: Format) -> s
     }
 }
 
-/// `ebee-top -b`: print every interval until `-n`, a signal, or a closed pipe.
-pub fn run(cli: &Cli) -> anyhow::Result<()> {
+/// `ebee-top -b`: print every interval until `-n`, a signal, or a closed pipe; with
+/// `--listen`, serve metrics meanwhile.
+pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let mut live = Live::start(super::probe_config(cli), cli.delay)?;
     super::pin(&mut live, cli)?;
     let recorder = super::recording::start(cli, super::recording::stderr_notify())?;
-    let mut source: Box<dyn Source> = match &recorder {
+    let metrics = super::metrics::start(endpoint, cli.metrics_top)?;
+    let source: Box<dyn Source + Send> = match &recorder {
         Some(r) => Box::new(Tee {
             inner: live,
             tap: r.tap(),
         }),
         None => Box::new(live),
     };
+    let mut source = super::metrics::wrap(source, metrics.as_ref());
     let quit = super::signal_flag()?;
     let mut model = Model::new();
     let mut out = std::io::stdout().lock();

@@ -1,0 +1,314 @@
+//! The Prometheus endpoint: `--listen ADDR:PORT` beside the screen or batch mode, and
+//! `ebee-top serve`, headless. The flow, so the drain never waits on a scrape:
+//!
+//! ```text
+//! drain ─► Metered source ─try_send(Batch)─► "metrics" thread: Meter::ingest, snapshot ─┐
+//!                                                                   watch (Arc<Snapshot>) │
+//!                         scrapes ◄─ hyper on its own tokio thread ◄─────────────────────┘
+//! ```
+//!
+//! The socket is bound first ([`Endpoint::bind`], before anything is loaded), so a port in use
+//! is one line and exit code 9. [`meter`] holds the fold and the extension point for new
+//! pipelines' metrics; [`exposition`] the formats; [`http`] the server and its limits.
+
+pub mod exposition;
+pub mod histogram;
+pub mod http;
+pub mod meter;
+mod own;
+mod pinned;
+mod process;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::batch::Batch;
+use crate::cli::ServeArgs;
+use crate::probes::ProbeConfig;
+use crate::source::{Live, Source};
+
+pub use meter::{Meter, Section};
+
+/// Batches queued for the metrics thread before new ones are dropped (and counted).
+pub const QUEUE: usize = 100;
+
+/// `--listen` could not be used: the address is taken, not ours, or not allowed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {why}")]
+pub struct ListenError {
+    pub addr: SocketAddr,
+    why: String,
+}
+
+/// The bound metrics socket, made before anything is loaded.
+#[derive(Debug)]
+pub struct Endpoint {
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+}
+
+impl Endpoint {
+    /// Bind `addr`; a port in use or an address that is not this machine's is a typed error
+    /// (exit code 9).
+    pub fn bind(addr: SocketAddr) -> Result<Self, ListenError> {
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| ListenError {
+            addr,
+            why: match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    "address already in use (another process listens there; pick another port)"
+                        .to_owned()
+                }
+                std::io::ErrorKind::AddrNotAvailable => {
+                    "no such address on this machine".to_owned()
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    "permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)".to_owned()
+                }
+                _ => e.to_string(),
+            },
+        })?;
+        // Port 0 asks the kernel for a free one: report the one it gave.
+        let addr = listener.local_addr().unwrap_or(addr);
+        Ok(Self { listener, addr })
+    }
+
+    /// The address actually bound.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// Bind `--listen` if it was given.
+pub fn bind(listen: Option<SocketAddr>) -> Result<Option<Endpoint>, ListenError> {
+    listen.map(Endpoint::bind).transpose()
+}
+
+/// The running endpoint: the fold thread and the HTTP server.
+pub struct Metrics {
+    tx: SyncSender<Box<Batch>>,
+    dropped: Arc<AtomicU64>,
+    _http: http::Server,
+    addr: SocketAddr,
+}
+
+/// What the drain side holds: hands each Batch to the metrics thread without waiting.
+#[derive(Clone)]
+pub struct Tap {
+    tx: SyncSender<Box<Batch>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Tap {
+    /// Offer one interval; when the metrics thread is that far behind it is dropped and
+    /// counted (`ebee_metrics_intervals_dropped_total`).
+    pub fn offer(&self, b: &Batch) {
+        match self.tx.try_send(Box::new(b.clone())) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Full(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Metrics {
+    /// Start folding and serving on `endpoint`, exporting the top `k` processes per measure.
+    pub fn start(endpoint: Endpoint, k: usize) -> anyhow::Result<Self> {
+        let mut meter = Meter::new(k);
+        let (snap_tx, snap_rx) = tokio::sync::watch::channel(Arc::new(meter.snapshot()));
+        let (tx, rx) = mpsc::sync_channel::<Box<Batch>>(QUEUE);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let d = dropped.clone();
+        // The thread ends when every sender is gone (the Metered source holds clones).
+        std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || {
+                while let Ok(b) = rx.recv() {
+                    meter.ingest(&b);
+                    meter.set_queue_dropped(d.load(Ordering::Relaxed));
+                    snap_tx.send_replace(Arc::new(meter.snapshot()));
+                }
+            })
+            .context("starting the metrics thread")?;
+        let http = http::spawn(endpoint.listener, snap_rx)?;
+        Ok(Self {
+            tx,
+            dropped,
+            _http: http,
+            addr: endpoint.addr,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn tap(&self) -> Tap {
+        Tap {
+            tx: self.tx.clone(),
+            dropped: self.dropped.clone(),
+        }
+    }
+
+    /// Wrap `source` so that every Batch it gives is also offered to the endpoint.
+    pub fn wrap(&self, source: Box<dyn Source + Send>) -> Box<dyn Source + Send> {
+        Box::new(Metered {
+            inner: source,
+            tap: self.tap(),
+        })
+    }
+}
+
+/// Wrap `source` when an endpoint runs.
+pub fn wrap(source: Box<dyn Source + Send>, m: Option<&Metrics>) -> Box<dyn Source + Send> {
+    match m {
+        Some(m) => m.wrap(source),
+        None => source,
+    }
+}
+
+/// A Source whose every Batch is also offered to the metrics endpoint.
+pub struct Metered {
+    pub inner: Box<dyn Source + Send>,
+    pub tap: Tap,
+}
+
+impl Source for Metered {
+    fn next_batch(&mut self) -> anyhow::Result<Option<Batch>> {
+        let b = self.inner.next_batch()?;
+        if let Some(b) = &b {
+            self.tap.offer(b);
+        }
+        Ok(b)
+    }
+
+    fn set_interval(&mut self, interval: Duration) -> anyhow::Result<()> {
+        self.inner.set_interval(interval)
+    }
+
+    fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()> {
+        self.inner.set_pins(pids)
+    }
+}
+
+/// Start the endpoint given with `--listen` (bound earlier by main, before anything loaded).
+pub fn start(endpoint: Option<Endpoint>, k: u32) -> anyhow::Result<Option<Metrics>> {
+    let Some(ep) = endpoint else {
+        return Ok(None);
+    };
+    let m = Metrics::start(ep, k as usize)?;
+    Ok(Some(m))
+}
+
+/// `ebee-top serve`: load, then fold every interval into the endpoint until SIGTERM, SIGINT or
+/// SIGHUP. No terminal; messages go to stderr.
+pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
+    let quit = super::signal_flag()?;
+    let cfg = ProbeConfig {
+        shadow: false,
+        trace: false,
+        bpf_stats: !a.no_bpf_stats,
+    };
+    let mut live = Live::start(cfg, a.delay)?;
+    if !a.pids.is_empty() {
+        live.set_pins(&a.pids)?;
+    }
+    let metrics = Metrics::start(endpoint, a.metrics_top as usize)?;
+    eprintln!(
+        "ebee-top: serving metrics at http://{}/metrics (interval {:?}, top {} per measure)",
+        metrics.addr(),
+        a.delay,
+        a.metrics_top
+    );
+    let mut source = metrics.wrap(Box::new(live));
+    while !quit.load(Ordering::Relaxed) {
+        if source.next_batch()?.is_none() {
+            break;
+        }
+    }
+    drop(source);
+    eprintln!("ebee-top: stopping");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+
+    use super::*;
+    use crate::batch::ProcInfo;
+
+    #[test]
+    fn the_drain_never_waits_on_a_stalled_metrics_thread() {
+        // A queue nobody reads: every offer past its capacity returns at once, counted.
+        let (tx, _rx) = mpsc::sync_channel::<Box<Batch>>(QUEUE);
+        let tap = Tap {
+            tx,
+            dropped: Arc::new(AtomicU64::new(0)),
+        };
+        let b = Batch::build(1, 0, 1).done();
+        for _ in 0..QUEUE + 10 {
+            tap.offer(&b);
+        }
+        assert_eq!(tap.dropped.load(Ordering::Relaxed), 10);
+    }
+
+    fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    /// Batches through the tap, the fold thread and hyper on a real socket (no eBPF needed).
+    #[test]
+    fn batches_offered_are_served() {
+        let ep = Endpoint::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = ep.addr();
+        assert_ne!(addr.port(), 0, "the port the kernel chose");
+        let m = Metrics::start(ep, 5).unwrap();
+        let tap = m.tap();
+        for seq in 1..=3 {
+            tap.offer(
+                &Batch::build(seq, seq * 1_000_000, 1_000_000)
+                    .cpu(42, 500_000, &[])
+                    .proc(ProcInfo::named(42, "worker"))
+                    .done(),
+            );
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let body = loop {
+            let r = get(addr, "/metrics");
+            if r.contains("ebee_intervals_total 3") || std::time::Instant::now() > deadline {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+        assert!(body.contains("ebee_intervals_total 3"), "{body}");
+        assert!(
+            body.contains(r#"ebee_process_cpu_seconds_total{pid="42",comm="worker"} 0.0015"#),
+            "{body}"
+        );
+        assert!(get(addr, "/nope").starts_with("HTTP/1.1 404"));
+        // A second bind of the same address is the typed error behind exit code 9.
+        let e = Endpoint::bind(addr).unwrap_err();
+        assert!(e.to_string().contains("already in use"), "{e}");
+        drop(m);
+        assert!(
+            std::net::TcpStream::connect(addr).is_err(),
+            "the server is gone with the handle"
+        );
+    }
+}

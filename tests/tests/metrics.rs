@@ -1,0 +1,477 @@
+//! The metrics endpoint end to end, with the real engines: `promtool check metrics` on a real
+//! scrape, a real Prometheus scraping `ebee-top serve` every second and its `rate()` of a
+//! child's CPU against /proc/PID/schedstat, garbage and abusive requests, and `--listen` on a
+//! port in use.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ebee_tests::{Proc, Serve, bin, free_port, http_get, load, privileged, schedstat_ns};
+
+fn scrape(addr: &str, accept: Option<&str>) -> (u16, String, String) {
+    let h: Vec<String> = accept.map(|a| format!("Accept: {a}")).into_iter().collect();
+    let h: Vec<&str> = h.iter().map(String::as_str).collect();
+    http_get(addr, "/metrics", &h).expect("scraping ebee-top")
+}
+
+#[test]
+fn a_scrape_passes_promtool_and_shows_the_busy_child() {
+    if !privileged("a_scrape_passes_promtool_and_shows_the_busy_child") {
+        return;
+    }
+    let busy = load(&["burn", "--duty", "0.5", "--period-ms", "10"]);
+    let serve = Serve::start(&["-d", "0.2"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, head, body) = scrape(&serve.addr, None);
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; cargo xtask setup installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let o = promtool.wait_with_output().unwrap();
+    assert!(
+        o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{body}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let row = format!(
+        "ebee_process_cpu_seconds_total{{pid=\"{}\",comm=\"ebee-load\"}} ",
+        busy.pid()
+    );
+    let cpu: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix(&row))
+        .unwrap_or_else(|| panic!("no {row} in\n{body}"))
+        .parse()
+        .unwrap();
+    assert!(cpu > 0.2, "half a CPU for over a second gave {cpu} s");
+    for name in [
+        "ebee_intervals_total",
+        "ebee_self_cpu_seconds_total",
+        "ebee_self_bpf_run_seconds_total",
+        "ebee_losses_total{pipeline=\"cpu\",kind=\"sketch_evictions\"}",
+        "ebee_process_resident_memory_bytes{",
+        "ebee_metrics_intervals_dropped_total 0",
+    ] {
+        assert!(body.contains(name), "no {name} in the scrape");
+    }
+    assert!(!body.contains("cmdline"), "no command lines, ever");
+    // OpenMetrics when asked for, as Prometheus asks.
+    let (status, head, om) = scrape(
+        &serve.addr,
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    );
+    assert_eq!(status, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    assert!(om.ends_with("# EOF\n"));
+    assert!(om.contains("# UNIT ebee_process_cpu_seconds seconds"));
+    assert_eq!(serve.stop(), Some(0), "SIGTERM ends serve cleanly");
+}
+
+/// Percent-encode a PromQL query for a URL.
+fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn unix_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Ask Prometheus' HTTP API; the `data.result` array.
+fn prom_query(addr: &str, q: &str, at: f64) -> Vec<serde_json::Value> {
+    let path = format!("/api/v1/query?query={}&time={at:.3}", encode(q));
+    let (status, _, body) = http_get(addr, &path, &[]).expect("querying Prometheus");
+    assert_eq!(status, 200, "{q}: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("Prometheus answers JSON");
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// Linear interpolation of a (unix seconds, ns) log at `t`.
+fn at(log: &[(f64, u64)], t: f64) -> f64 {
+    let i = log
+        .partition_point(|(ts, _)| *ts < t)
+        .clamp(1, log.len() - 1);
+    let ((t0, v0), (t1, v1)) = (log[i - 1], log[i]);
+    v0 as f64 + (v1 as f64 - v0 as f64) * (t - t0) / (t1 - t0)
+}
+
+#[test]
+fn prometheus_rate_of_a_child_matches_schedstat() {
+    if !privileged("prometheus_rate_of_a_child_matches_schedstat") {
+        return;
+    }
+    let children = [
+        load(&["burn", "--duty", "0.3", "--period-ms", "20"]),
+        load(&["burn", "--duty", "0.6", "--period-ms", "20"]),
+    ];
+    let serve = Serve::start(&["-d", "0.1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - \
+             job_name: ebee-top\n    scrape_interval: 1s\n    scrape_timeout: 900ms\n    \
+             static_configs:\n      - targets: ['{}']\n",
+            serve.addr
+        ),
+    )
+    .unwrap();
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let _prometheus = Proc(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (Debian package prometheus; cargo xtask setup installs it)"),
+    );
+    // Wait for its first scrape of ebee-top (it starts, then hands targets to the scrapers
+    // after up to 5 s), then log the children's ground truth every 50 ms while it gathers 12 s
+    // of scrapes.
+    let ready = Instant::now();
+    loop {
+        let up = http_get(&prom_addr, "/-/ready", &[]).is_ok_and(|(s, _, _)| s == 200)
+            && !prom_query(&prom_addr, "ebee_intervals_total", unix_s()).is_empty();
+        if up {
+            break;
+        }
+        assert!(
+            ready.elapsed() < Duration::from_secs(25),
+            "Prometheus has not scraped ebee-top in 25 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let start = Instant::now();
+    let mut logs: Vec<Vec<(f64, u64)>> = vec![Vec::new(); children.len()];
+    while start.elapsed() < Duration::from_secs(12) {
+        for (log, c) in logs.iter_mut().zip(&children) {
+            log.push((unix_s(), schedstat_ns(c.pid()).unwrap()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (log, c) in logs.iter().zip(&children) {
+        let sel = format!("ebee_process_cpu_seconds_total{{pid=\"{}\"}}", c.pid());
+        // Ask just after the last scrape, so the 10 s window holds ten scrapes and rate()
+        // extrapolates their slope over the whole window (a window starting more than 1.1
+        // scrape intervals before its first sample is extrapolated only half an interval,
+        // which would read a few percent low whatever the counter).
+        let recent = prom_query(&prom_addr, &format!("{sel}[5s]"), unix_s());
+        let last = recent[0]["values"].as_array().unwrap();
+        let t = last[last.len() - 1][0].as_f64().unwrap() + 0.1;
+        let rate = prom_query(&prom_addr, &format!("rate({sel}[10s])"), t);
+        assert_eq!(rate.len(), 1, "rate({sel}[10s]): {rate:?}");
+        let ours: f64 = rate[0]["value"][1].as_str().unwrap().parse().unwrap();
+        // The samples rate() used: schedstat's slope between the first and the last of them
+        // is the same quantity (rate() extrapolates that slope to the window's edges).
+        let raw = prom_query(&prom_addr, &format!("{sel}[10s]"), t);
+        let values = raw[0]["values"].as_array().unwrap();
+        assert!(
+            values.len() >= 8,
+            "a 1 s scrape gives ~10 samples in 10 s: {values:?}"
+        );
+        let ts = |i: usize| values[i][0].as_f64().unwrap();
+        let (t0, t1) = (ts(0), ts(values.len() - 1));
+        let truth = (at(log, t1) - at(log, t0)) / (t1 - t0) / 1e9;
+        let val = |i: usize| values[i][1].as_str().unwrap().parse::<f64>().unwrap();
+        eprintln!(
+            "samples {}: slope {:.4}, first {t0:.3} last {t1:.3} t {t:.3}",
+            values.len(),
+            (val(values.len() - 1) - val(0)) / (t1 - t0)
+        );
+        let err = (ours - truth).abs() / truth;
+        eprintln!(
+            "pid {}: Prometheus rate {ours:.4} CPU, schedstat {truth:.4} CPU, {:.2}% apart",
+            c.pid(),
+            err * 100.0
+        );
+        assert!(
+            err < 0.03,
+            "pid {}: rate() {ours:.4} vs schedstat {truth:.4} ({:.2}% apart)",
+            c.pid(),
+            err * 100.0
+        );
+    }
+    // Prometheus asked for OpenMetrics (it prefers it) and parsed every scrape.
+    let (_, _, targets) = http_get(&prom_addr, "/api/v1/targets", &[]).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&targets).unwrap();
+    let target = &v["data"]["activeTargets"][0];
+    assert_eq!(target["health"], "up", "{target}");
+    assert_eq!(target["lastError"], "", "{target}");
+    assert_eq!(serve.stop(), Some(0));
+}
+
+/// Send raw bytes, read what comes back until the server closes (or 10 s).
+fn raw_exchange(addr: &str, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn garbage_and_abuse_get_clean_http_errors() {
+    if !privileged("garbage_and_abuse_get_clean_http_errors") {
+        return;
+    }
+    let serve = Serve::start(&["-d", "0.2"]);
+    let a = serve.addr.as_str();
+    for (what, req, want) in [
+        (
+            "binary garbage",
+            b"\x00\x01\x02\xff\xfe garbage\r\n\r\n".to_vec(),
+            "HTTP/1.1 400",
+        ),
+        (
+            "no HTTP version",
+            b"GET /metrics\r\n\r\n".to_vec(),
+            "HTTP/1.1 400",
+        ),
+        (
+            "oversized header",
+            format!(
+                "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+                "a".repeat(64 * 1024)
+            )
+            .into_bytes(),
+            "HTTP/1.1 431",
+        ),
+        (
+            "unknown path",
+            b"GET /secret HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
+            "HTTP/1.1 404",
+        ),
+        (
+            "POST",
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"
+                .to_vec(),
+            "HTTP/1.1 405",
+        ),
+        (
+            "DELETE",
+            b"DELETE /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
+            "HTTP/1.1 405",
+        ),
+    ] {
+        let t = Instant::now();
+        let got = raw_exchange(a, &req);
+        assert!(got.starts_with(want), "{what}: got {got:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "{what}: answered and closed in {:?}",
+            t.elapsed()
+        );
+    }
+    // A client that starts a request and never finishes it is cut off (HEAD_TIMEOUT, 5 s).
+    let t = Instant::now();
+    let got = raw_exchange(a, b"GET /metrics HTTP/1.1\r\nHost: x\r\n");
+    assert!(
+        t.elapsed() < Duration::from_secs(8) && !got.contains("200 OK"),
+        "a half-sent request held the connection {:?}: {got:?}",
+        t.elapsed()
+    );
+    // At most 64 connections at once: the next one is told 503 and closed.
+    let idle: Vec<TcpStream> = (0..64).map(|_| TcpStream::connect(a).unwrap()).collect();
+    // The server takes them from its backlog at its pace: ask until it has (well within the
+    // 5 s after which it would cut the idle ones off).
+    let t = Instant::now();
+    let got = loop {
+        let got = raw_exchange(
+            a,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        if got.starts_with("HTTP/1.1 503") || t.elapsed() > Duration::from_secs(3) {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(got.starts_with("HTTP/1.1 503"), "65th connection: {got:?}");
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(300));
+    // And it still serves.
+    let (status, _, body) = scrape(a, None);
+    assert_eq!(status, 200);
+    assert!(body.contains("ebee_intervals_total"));
+    assert_eq!(serve.stop(), Some(0));
+}
+
+#[test]
+fn a_port_in_use_exits_9_before_anything_loads() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    for args in [
+        vec!["-b", "-n", "1", "--listen", &addr],
+        vec!["serve", "--listen", &addr],
+    ] {
+        let mut cmd;
+        if root {
+            // Without any capability: were anything loaded first, this would be exit code 3.
+            cmd = Command::new("setpriv");
+            cmd.args(["--bounding-set=-all", "--inh-caps=-all", "--"])
+                .arg(bin("ebee-top"));
+        } else {
+            cmd = Command::new(bin("ebee-top"));
+        }
+        let o = cmd.args(&args).output().expect("running ebee-top");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(9), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains(&addr) && err.contains("already in use"),
+            "{err}"
+        );
+        assert!(o.stdout.is_empty());
+    }
+    drop(taken);
+}
+
+#[test]
+fn a_pinned_servers_requests_are_exported() {
+    if !privileged("a_pinned_servers_requests_are_exported") {
+        return;
+    }
+    // This test process is the server: 4-byte requests, each answered after 1 ms.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4];
+                while c.read_exact(&mut buf).is_ok() {
+                    std::thread::sleep(Duration::from_millis(1));
+                    if c.write_all(&buf).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let me = std::process::id().to_string();
+    let serve = Serve::start(&["-d", "0.1", "-p", &me]);
+    std::thread::sleep(Duration::from_millis(300));
+    const N: usize = 300;
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut buf = [0u8; 4];
+    for _ in 0..N {
+        c.write_all(b"ping").unwrap();
+        c.read_exact(&mut buf).unwrap();
+    }
+    drop(c);
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, _, body) = scrape(&serve.addr, None);
+    let value = |name: &str| -> f64 {
+        let prefix = format!("{name}{{pid=\"{me}\",comm=\"");
+        body.lines()
+            .find(|l| l.starts_with(&prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no {prefix} in\n{body}"))
+            .parse()
+            .unwrap()
+    };
+    let requests = value("ebee_pinned_requests_total");
+    assert_eq!(requests, N as f64, "requests served: {N}");
+    assert_eq!(
+        value("ebee_pinned_request_duration_seconds_count"),
+        requests
+    );
+    let mean = value("ebee_pinned_request_duration_seconds_sum") / requests;
+    assert!(
+        (0.001..0.05).contains(&mean),
+        "1 ms of work per request, mean {mean} s"
+    );
+    assert!(value("ebee_pinned_syscalls_total") >= 2.0 * N as f64);
+    assert_eq!(serve.stop(), Some(0));
+}
+
+#[test]
+fn batch_mode_serves_metrics_beside_its_output() {
+    if !privileged("batch_mode_serves_metrics_beside_its_output") {
+        return;
+    }
+    use std::io::BufRead as _;
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut c = Command::new(bin("ebee-top"))
+        .args(["-b", "--format", "json", "-d", "0.1", "--listen", &addr])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut lines = 0;
+    while lines < 5 {
+        let mut l = String::new();
+        assert!(
+            out.read_line(&mut l).unwrap() > 0,
+            "batch output ended early"
+        );
+        serde_json::from_str::<serde_json::Value>(&l).expect("stdout stays JSON Lines");
+        lines += 1;
+    }
+    let (status, _, body) = scrape(&addr, None);
+    assert_eq!(status, 200);
+    let n: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("ebee_intervals_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n >= 4.0, "{n} intervals after 5 lines printed");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        std::net::TcpStream::connect(&addr).is_err(),
+        "nothing listens after exit"
+    );
+}
