@@ -196,6 +196,10 @@ pub struct ServeArgs {
     /// then not exported).
     #[arg(long)]
     pub no_bpf_stats: bool,
+
+    /// Leave the servers pipeline off (no socket tracepoints; no server or network metrics).
+    #[arg(long)]
+    pub no_servers: bool,
 }
 
 #[derive(Debug, Args)]

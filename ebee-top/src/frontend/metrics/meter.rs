@@ -23,7 +23,7 @@
 use prometheus_client::registry::Unit;
 
 use super::exposition::{Family, Kind, Snapshot, Value};
-use super::{own, pinned, process};
+use super::{own, pinned, process, servers};
 use crate::batch::Batch;
 
 /// One part of the metrics: its own cumulative state, folded from every Batch.
@@ -50,6 +50,7 @@ impl Meter {
                 Box::new(own::Own::default()),
                 Box::new(process::Processes::new(k)),
                 Box::new(pinned::Pinned::default()),
+                Box::new(servers::Servers::new(k)),
             ],
             queue_dropped: 0,
         }
@@ -119,7 +120,7 @@ mod tests {
         assert!(!text.contains("ebee_process_cpu"));
     }
 
-    /// Every series of the worst case: K processes per measure all different, 8 pins.
+    /// Every series of the worst case: K processes per measure all different, K servers, 8 pins.
     #[test]
     fn the_number_of_series_is_bounded_as_documented() {
         use crate::batch::qos::{QosSample, RequestSample, SyscallSample};
@@ -159,7 +160,24 @@ mod tests {
                 rss_bytes: 4096,
                 rss_delta_bytes: 0,
             });
+            b.net.push(crate::batch::servers::NetRow {
+                pid: 6000 + i,
+                rx_bytes: 1,
+                tx_bytes: 0,
+            });
+            b.net.push(crate::batch::servers::NetRow {
+                pid: 7000 + i,
+                rx_bytes: 0,
+                tx_bytes: 1,
+            });
+            b.servers.push(crate::batch::servers::ServerRow {
+                pid: 8000 + i,
+                requests: 1,
+                hist: Some(vec![(100, 1)]),
+                ..Default::default()
+            });
         }
+        b.servers_stats.available = true;
         for pid in 1..=8 {
             b.qos.procs.push(QosSample {
                 pid,
@@ -182,13 +200,16 @@ mod tests {
                 .filter(|l| !l.starts_with('#') && l.starts_with(prefix))
                 .count()
         };
-        assert_eq!(count("ebee_process_"), 5 * k as usize);
+        assert_eq!(count("ebee_process_"), 7 * k as usize);
+        // A counter and a histogram of 53 buckets, +Inf, sum and count per server.
+        assert_eq!(count("ebee_server_"), k as usize * 57);
         // 3 counters and a histogram of 53 buckets, +Inf, sum and count per pin.
         assert_eq!(count("ebee_pinned_"), 8 * 59);
         let own = text.lines().filter(|l| !l.starts_with('#')).count()
             - count("ebee_process_")
-            - count("ebee_pinned_");
-        assert_eq!(own, 28, "{text}");
+            - count("ebee_pinned_")
+            - count("ebee_server_");
+        assert_eq!(own, 33, "{text}");
     }
 
     #[test]

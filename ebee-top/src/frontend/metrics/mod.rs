@@ -18,6 +18,7 @@ pub mod meter;
 mod own;
 mod pinned;
 mod process;
+mod servers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -213,6 +214,7 @@ pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
         shadow: false,
         trace: false,
         bpf_stats: !a.no_bpf_stats,
+        no_servers: a.no_servers,
     };
     let mut live = Live::start(cfg, a.delay)?;
     if !a.pids.is_empty() {

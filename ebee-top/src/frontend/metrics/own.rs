@@ -30,7 +30,7 @@ pub struct Own {
 struct Lost([u64; LOSSES.len()]);
 
 /// `(pipeline, kind)` labels of `ebee_losses_total`, in the order `losses` reads them.
-const LOSSES: [(&str, &str); 17] = [
+const LOSSES: [(&str, &str); 22] = [
     ("cpu", "sketch_evictions"),
     ("cpu", "handshake_timeouts"),
     ("cpu", "shadow_full"),
@@ -48,6 +48,11 @@ const LOSSES: [(&str, &str); 17] = [
     ("qos", "unmatched_syscalls"),
     ("qos", "histograms_full"),
     ("qos", "connection_table_full"),
+    ("servers", "sketch_evictions"),
+    ("servers", "unhistogrammed_requests"),
+    ("servers", "connection_table_full"),
+    ("servers", "count_table_full"),
+    ("net", "sketch_evictions"),
 ];
 
 fn losses(b: &Batch) -> [u64; LOSSES.len()] {
@@ -73,6 +78,11 @@ fn losses(b: &Batch) -> [u64; LOSSES.len()] {
         q(|l| l.unmatched),
         q(|l| l.hist_full),
         q(|l| l.conn_full),
+        b.servers_stats.evictions,
+        b.servers_stats.unhistogrammed,
+        b.servers_stats.conns_full,
+        b.servers_stats.counts_full,
+        b.servers_stats.net_evictions,
     ]
 }
 

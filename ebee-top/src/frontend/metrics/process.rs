@@ -3,7 +3,7 @@
 //! command line can hold secrets). Every process the Batches charge is counted, but each
 //! measure exports only its top K processes, ranked by their recent activity (an exponential
 //! window of about ten seconds, so a process does not flicker in and out with each interval),
-//! or by resident memory: at most 5 K series. A process that leaves a top K stops being
+//! or by resident memory: at most 7 K series. A process that leaves a top K stops being
 //! exported for that measure (its series goes stale in Prometheus) and comes back with its
 //! counter where it has got to, so `rate()` stays right across the gap.
 
@@ -27,15 +27,20 @@ const CPU: usize = 0;
 const WAIT: usize = 1;
 const READ: usize = 2;
 const WRITE: usize = 3;
+const RX: usize = 4;
+const TX: usize = 5;
+/// Number of counted measures.
+const MEASURES: usize = 6;
 
 #[derive(Debug, Default)]
 struct Proc {
     start_ticks: u64,
     comm: String,
-    /// Since first seen: on-CPU ns, wait ns, bytes read, bytes written.
-    total: [u64; 4],
+    /// Since first seen: on-CPU ns, wait ns, disk bytes read and written, socket bytes
+    /// received and sent.
+    total: [u64; MEASURES],
     /// The same, exponentially decayed with `RANK_WINDOW_NS`.
-    recent: [f64; 4],
+    recent: [f64; MEASURES],
     rss: Option<u64>,
     /// `end_ns` of the last interval that mentioned it.
     last_seen_ns: u64,
@@ -142,6 +147,10 @@ impl Section for Processes {
             self.charge(r.pid, READ, r.read_bytes, now);
             self.charge(r.pid, WRITE, r.write_bytes, now);
         }
+        for r in &b.net {
+            self.charge(r.pid, RX, r.rx_bytes, now);
+            self.charge(r.pid, TX, r.tx_bytes, now);
+        }
         for r in &b.mem {
             let p = self.procs.entry(r.pid).or_default();
             p.rss = Some(r.rss_bytes);
@@ -155,7 +164,7 @@ impl Section for Processes {
     }
 
     fn families(&self, out: &mut Vec<Family>) {
-        let counted: [(usize, &'static str, &'static str, Unit); 4] = [
+        let counted: [(usize, &'static str, &'static str, Unit); MEASURES] = [
             (
                 CPU,
                 "ebee_process_cpu",
@@ -182,6 +191,20 @@ impl Section for Processes {
                 "ebee_process_disk_written",
                 "Bytes a process had the block layer write since ebee-top first saw it; the top \
                  K by recent writes.",
+                Unit::Bytes,
+            ),
+            (
+                RX,
+                "ebee_process_network_receive",
+                "Bytes a process's sockets received (any family) since ebee-top first saw it; \
+                 the top K by recent traffic.",
+                Unit::Bytes,
+            ),
+            (
+                TX,
+                "ebee_process_network_transmit",
+                "Bytes a process's sockets sent (any family) since ebee-top first saw it; the \
+                 top K by recent traffic.",
                 Unit::Bytes,
             ),
         ];
