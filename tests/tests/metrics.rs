@@ -423,6 +423,16 @@ fn a_pinned_servers_requests_are_exported() {
         "1 ms of work per request, mean {mean} s"
     );
     assert!(value("ebee_pinned_syscalls_total") >= 2.0 * N as f64);
+    // The always-on servers pipeline found the same server by itself and counted the same
+    // requests (a listening port, keyed by socket instead of descriptor).
+    assert_eq!(value("ebee_server_requests_total"), requests);
+    let in_hist = value("ebee_server_request_duration_seconds_count");
+    assert!(
+        in_hist <= requests && in_hist > 0.0,
+        "a histogram once the server holds a slot: {in_hist}"
+    );
+    let mean = value("ebee_server_request_duration_seconds_sum") / in_hist;
+    assert!((0.001..0.05).contains(&mean), "mean {mean} s");
     assert_eq!(serve.stop(), Some(0));
 }
 
