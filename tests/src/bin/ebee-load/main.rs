@@ -1,7 +1,9 @@
 //! Workload generator for ebee-top's tests and benchmarks: CPU burners with a duty cycle,
-//! short-lived process storms, skewed mixes of many processes, memory holders and disk I/O.
+//! short-lived process storms, skewed mixes of many processes, memory holders, disk I/O, and
+//! socket servers and clients.
 
 mod disk;
+mod net;
 
 use std::time::{Duration, Instant};
 
@@ -119,6 +121,45 @@ enum Cmd {
         direct: bool,
         #[arg(long)]
         fsync: bool,
+    },
+    /// A TCP server on 127.0.0.1:`port` answering 4-byte requests with 4 bytes after a delay:
+    /// `fast_us`, or `slow_us` for every `slow_every`-th request of a connection. Thread per
+    /// connection; with `--split` one thread reads a connection's requests and another answers
+    /// them. Prints `ready` once listening; runs until killed.
+    DelayServer {
+        #[arg(long)]
+        port: u16,
+        #[arg(long, default_value_t = 1_000)]
+        fast_us: u64,
+        #[arg(long, default_value_t = 10_000)]
+        slow_us: u64,
+        #[arg(long, default_value_t = 10)]
+        slow_every: u64,
+        #[arg(long)]
+        split: bool,
+    },
+    /// `conns` keep-alive connections to a `delay-server` on 127.0.0.1:`port`, each sending a
+    /// request, waiting for the answer and `think_ms`, for `seconds`; then waits for the answers
+    /// still due and prints the number of requests completed.
+    DelayClient {
+        #[arg(long)]
+        port: u16,
+        #[arg(long, default_value_t = 8)]
+        conns: u32,
+        #[arg(long, default_value_t = 0)]
+        think_ms: u64,
+        #[arg(long)]
+        seconds: f64,
+    },
+    /// Connect to `to` (`tcp:HOST:PORT` or `unix:PATH`), send `send` bytes, read `recv` bytes,
+    /// exit.
+    Bytes {
+        #[arg(long)]
+        to: String,
+        #[arg(long, default_value_t = 0)]
+        send: u64,
+        #[arg(long, default_value_t = 0)]
+        recv: u64,
     },
     /// `procs` processes writing Zipf-skewed amounts through the page cache (process i about
     /// `top_kib / i^skew` KiB every 50 ms, every tenth also reading back from disk), in `dir`,
@@ -633,6 +674,20 @@ fn main() {
             skew,
             seconds,
         } => disk::io_mix(&dir, procs, top_kib, skew, seconds),
+        Cmd::DelayServer {
+            port,
+            fast_us,
+            slow_us,
+            slow_every,
+            split,
+        } => net::delay_server(port, fast_us, slow_us, slow_every, split),
+        Cmd::DelayClient {
+            port,
+            conns,
+            think_ms,
+            seconds,
+        } => net::delay_client(port, conns, think_ms, seconds),
+        Cmd::Bytes { to, send, recv } => net::bytes(&to, send, recv),
         Cmd::Mix {
             procs,
             top_duty,
