@@ -19,7 +19,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ebee_shared::servers::HIST_BUCKETS;
+use ebee_shared::servers::{HIST_BUCKETS, bucket_low};
 use ebee_tests::{Proc, bin, privileged, spawn_guarded};
 use ebee_top::model::servers::percentile;
 use ebee_top::probes::servers::ServersRaw;
@@ -92,7 +92,10 @@ fn probes() -> Probes {
 fn next(p: &mut Probes) -> (RawInterval, ServersRaw) {
     std::thread::sleep(TICK);
     let mut raw = p.drain().unwrap();
-    let s = raw.servers.take().expect("the servers part of the interval");
+    let s = raw
+        .servers
+        .take()
+        .expect("the servers part of the interval");
     (raw, s)
 }
 
@@ -132,6 +135,16 @@ impl Tally {
             self.rx_bytes += n.rx_bytes;
             self.tx_bytes += n.tx_bytes;
         }
+    }
+
+    /// The non-empty buckets as (low µs, count), for messages.
+    fn buckets(&self) -> Vec<(f64, u64)> {
+        self.hist
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(b, &c)| (bucket_low(b) as f64 / 1000.0, c))
+            .collect()
     }
 
     fn hist_total(&self) -> u64 {
@@ -312,10 +325,15 @@ fn client_count(mut c: Proc) -> u64 {
         .unwrap_or_else(|_| panic!("the client printed {out:?}"))
 }
 
-/// Start an `ebee-load delay-server` and wait until it listens.
-fn delay_server(port: u16, split: bool) -> Proc {
+/// Start an `ebee-load delay-server` and wait until it listens. `spin`: its answers leave
+/// within a few µs of their deadline (it spins the last 150 µs of each wait: the tests of
+/// percentiles want the true latencies at 1 ms and 10 ms, not a sleep's overshoot).
+fn delay_server(port: u16, split: bool, spin: bool) -> Proc {
     let port_s = port.to_string();
     let mut args = vec!["delay-server", "--port", &port_s];
+    if spin {
+        args.extend(["--spin-us", "150"]);
+    }
     if split {
         args.push("--split");
     }
@@ -431,7 +449,18 @@ fn memcached_requests_match_its_stats() {
     let mc = start(
         "memcached",
         &[
-            "-p", &port, "-l", "127.0.0.1", "-U", "0", "-t", "4", "-u", "root", "-c", "1024",
+            "-p",
+            &port,
+            "-l",
+            "127.0.0.1",
+            "-U",
+            "0",
+            "-t",
+            "4",
+            "-u",
+            "root",
+            "-c",
+            "1024",
         ],
     );
     wait_port(MEMCACHED_PORT);
@@ -548,16 +577,17 @@ fn delayed_server_percentiles_and_count() {
     if !privileged("delayed_server_percentiles_and_count") {
         return;
     }
-    let server = delay_server(DELAY_PORT, false);
+    let server = delay_server(DELAY_PORT, false, true);
     let mut p = probes();
     let (t, client) = run_delay_clients(&mut p, server.pid(), DELAY_PORT, 8, 0);
     let (p50, p99) = (t.pct(0.5), t.pct(0.99));
     eprintln!(
         "delay server: ebee-top {} requests ({} in histograms), client {client}; p50 {p50} ns, \
-         p99 {p99} ns, max {} ns",
+         p99 {p99} ns, max {} ns; buckets (low µs, count) {:?}",
         t.requests,
         t.hist_total(),
-        t.max_ns
+        t.max_ns,
+        t.buckets()
     );
     assert!(client > 2_000, "the client completed only {client}");
     assert!(
@@ -584,7 +614,7 @@ fn a_thousand_keepalive_connections_are_all_counted() {
     if !privileged("a_thousand_keepalive_connections_are_all_counted") {
         return;
     }
-    let server = delay_server(DELAY_MANY_PORT, false);
+    let server = delay_server(DELAY_MANY_PORT, false, false);
     let mut p = probes();
     let (t, client) = run_delay_clients(&mut p, server.pid(), DELAY_MANY_PORT, 1000, 100);
     eprintln!(
@@ -611,13 +641,15 @@ fn requests_read_by_one_thread_and_answered_by_another() {
     if !privileged("requests_read_by_one_thread_and_answered_by_another") {
         return;
     }
-    let server = delay_server(DELAY_SPLIT_PORT, true);
+    let server = delay_server(DELAY_SPLIT_PORT, true, true);
     let mut p = probes();
     let (t, client) = run_delay_clients(&mut p, server.pid(), DELAY_SPLIT_PORT, 8, 0);
     let (p50, p99) = (t.pct(0.5), t.pct(0.99));
     eprintln!(
-        "split server: ebee-top {} requests, client {client}; p50 {p50} ns, p99 {p99} ns",
-        t.requests
+        "split server: ebee-top {} requests, client {client}; p50 {p50} ns, p99 {p99} ns; \
+         buckets (low µs, count) {:?}",
+        t.requests,
+        t.buckets()
     );
     assert!(client > 2_000, "the client completed only {client}");
     assert!(
@@ -690,7 +722,10 @@ fn client_only_processes_are_not_servers() {
         .copied()
         .filter(|c| servers.contains(c))
         .collect();
-    assert!(listed.is_empty(), "curl processes listed as servers: {listed:?}");
+    assert!(
+        listed.is_empty(),
+        "curl processes listed as servers: {listed:?}"
+    );
 }
 
 // ---- Pinned and always-on -----------------------------------------------------------------
@@ -795,7 +830,15 @@ fn network_bytes_match_what_was_sent_and_received() {
         );
         assert!(rel(t.tx_bytes, SEND) <= 0.02, "{to}: tx {}", t.tx_bytes);
         assert!(rel(t.rx_bytes, RECV) <= 0.02, "{to}: rx {}", t.rx_bytes);
-        assert!(rel(me.rx_bytes, SEND) <= 0.02, "{to}: our rx {}", me.rx_bytes);
-        assert!(rel(me.tx_bytes, RECV) <= 0.02, "{to}: our tx {}", me.tx_bytes);
+        assert!(
+            rel(me.rx_bytes, SEND) <= 0.02,
+            "{to}: our rx {}",
+            me.rx_bytes
+        );
+        assert!(
+            rel(me.tx_bytes, RECV) <= 0.02,
+            "{to}: our tx {}",
+            me.tx_bytes
+        );
     }
 }

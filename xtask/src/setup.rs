@@ -17,8 +17,20 @@ pub struct Needs {
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
-/// Debian packages the tests need (tmux drives the TUI end to end).
-const TEST_PACKAGES: &[&str] = &["tmux", "util-linux", "procps"];
+/// Debian packages the tests need (tmux drives the TUI end to end; the servers tests run
+/// redis, memcached and nginx under their own load generators, and curl as a client).
+const TEST_PACKAGES: &[&str] = &[
+    "tmux",
+    "util-linux",
+    "procps",
+    "redis-server",
+    "redis-tools",
+    "memcached",
+    "libmemcached-tools",
+    "nginx-light",
+    "wrk",
+    "curl",
+];
 /// Debian packages `cargo xtask screenshots` needs (not the tests).
 const SCREENSHOT_PACKAGES: &[&str] = &["tmux", "aha", "chromium"];
 /// Debian packages the benchmarks need.

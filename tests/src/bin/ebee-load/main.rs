@@ -125,7 +125,8 @@ enum Cmd {
     /// A TCP server on 127.0.0.1:`port` answering 4-byte requests with 4 bytes after a delay:
     /// `fast_us`, or `slow_us` for every `slow_every`-th request of a connection. Thread per
     /// connection; with `--split` one thread reads a connection's requests and another answers
-    /// them. Prints `ready` once listening; runs until killed.
+    /// them. Each waits by sleeping until `spin_us` before its deadline, then spinning. Prints
+    /// `ready` once listening; runs until killed.
     DelayServer {
         #[arg(long)]
         port: u16,
@@ -135,6 +136,8 @@ enum Cmd {
         slow_us: u64,
         #[arg(long, default_value_t = 10)]
         slow_every: u64,
+        #[arg(long, default_value_t = 0)]
+        spin_us: u64,
         #[arg(long)]
         split: bool,
     },
@@ -679,8 +682,9 @@ fn main() {
             fast_us,
             slow_us,
             slow_every,
+            spin_us,
             split,
-        } => net::delay_server(port, fast_us, slow_us, slow_every, split),
+        } => net::delay_server(port, fast_us, slow_us, slow_every, spin_us, split),
         Cmd::DelayClient {
             port,
             conns,

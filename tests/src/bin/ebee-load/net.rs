@@ -69,10 +69,14 @@ fn listen(port: u16) -> TcpListener {
     }
 }
 
-/// Wait (sleeping) until `t`.
-fn sleep_until(t: Instant) {
-    if let Some(d) = t.checked_duration_since(Instant::now()) {
+/// Wait until `t`: sleeping until `spin` before it, then spinning (a sleep overshoots its
+/// deadline by tens of µs on a busy VM; the spin makes the answer leave within a few µs).
+fn sleep_until(t: Instant, spin: Duration) {
+    if let Some(d) = t.checked_duration_since(Instant::now() + spin) {
         std::thread::sleep(d);
+    }
+    while Instant::now() < t {
+        std::hint::spin_loop();
     }
 }
 
@@ -86,9 +90,18 @@ fn delay_of(i: u64, slow_every: u64, fast: Duration, slow: Duration) -> Duration
 }
 
 /// Serve 4-byte requests on 127.0.0.1:`port`, answering each with 4 bytes `fast_us` after it
-/// was read (`slow_us` for every `slow_every`-th request of a connection). `split`: each
-/// connection has a thread that reads requests and another that answers them.
-pub fn delay_server(port: u16, fast_us: u64, slow_us: u64, slow_every: u64, split: bool) {
+/// was read (`slow_us` for every `slow_every`-th request of a connection), sleeping until
+/// `spin_us` before the deadline and spinning the rest. `split`: each connection has a thread
+/// that reads requests and another that answers them.
+pub fn delay_server(
+    port: u16,
+    fast_us: u64,
+    slow_us: u64,
+    slow_every: u64,
+    spin_us: u64,
+    split: bool,
+) {
+    let spin = Duration::from_micros(spin_us);
     raise_nofile();
     // Sleeps end as close to their deadline as the timer allows (default slack is 50 µs).
     // SAFETY: prctl on ourselves with a plain value.
@@ -111,7 +124,7 @@ pub fn delay_server(port: u16, fast_us: u64, slow_us: u64, slow_every: u64, spli
                 let mut req = [0u8; 4];
                 let mut i = 0u64;
                 while c.read_exact(&mut req).is_ok() {
-                    sleep_until(Instant::now() + delay_of(i, slow_every, fast, slow));
+                    sleep_until(Instant::now() + delay_of(i, slow_every, fast, slow), spin);
                     if c.write_all(&req).is_err() {
                         return;
                     }
@@ -135,7 +148,7 @@ pub fn delay_server(port: u16, fast_us: u64, slow_us: u64, slow_every: u64, spli
         }));
         spawn(Box::new(move || {
             for (req, due) in rx {
-                sleep_until(due);
+                sleep_until(due, spin);
                 if w.write_all(&req).is_err() {
                     return;
                 }
