@@ -22,7 +22,12 @@ use crate::common::{ebee_load, ns_per_run, run_stats};
 const TICK: Duration = Duration::from_millis(50);
 
 /// The loops: (kind, socket calls per iteration, iterations as a fraction of `calls`).
-const LOOPS: [(&str, u32, u64); 4] = [("getppid", 0, 1), ("udp", 2, 10), ("tcp-self", 2, 10), ("tcp", 4, 10)];
+const LOOPS: [(&str, u32, u64); 4] = [
+    ("getppid", 0, 1),
+    ("udp", 2, 10),
+    ("tcp-self", 2, 10),
+    ("tcp", 4, 10),
+];
 
 /// Load ebee-top's programs: every pipeline, or all but the servers one.
 fn load(servers: bool, bpf_stats: bool) -> anyhow::Result<Probes> {
@@ -143,7 +148,16 @@ fn redis_run(
 ) -> anyhow::Result<Vec<f64>> {
     let mut child = ebee_tests::Proc(
         std::process::Command::new("redis-benchmark")
-            .args(["-p", &port.to_string(), "-c", "50", "-P", "1", "-t", "set,get"])
+            .args([
+                "-p",
+                &port.to_string(),
+                "-c",
+                "50",
+                "-P",
+                "1",
+                "-t",
+                "set,get",
+            ])
             .args(["-n", &requests.to_string(), "--csv"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
