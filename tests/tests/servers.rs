@@ -326,13 +326,14 @@ fn client_count(mut c: Proc) -> u64 {
 }
 
 /// Start an `ebee-load delay-server` and wait until it listens. `spin`: its answers leave
-/// within a few µs of their deadline (it spins the last 150 µs of each wait: the tests of
-/// percentiles want the true latencies at 1 ms and 10 ms, not a sleep's overshoot).
+/// within a few µs of their deadline (it spins the last 150 µs of each wait, at real-time
+/// priority: the tests of percentiles want the true latencies at 1 ms and 10 ms, not a
+/// sleep's overshoot or the wait for a CPU on a busy machine).
 fn delay_server(port: u16, split: bool, spin: bool) -> Proc {
     let port_s = port.to_string();
     let mut args = vec!["delay-server", "--port", &port_s];
     if spin {
-        args.extend(["--spin-us", "150"]);
+        args.extend(["--spin-us", "150", "--fifo"]);
     }
     if split {
         args.push("--split");

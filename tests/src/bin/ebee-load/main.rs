@@ -128,8 +128,9 @@ enum Cmd {
     /// A TCP server on 127.0.0.1:`port` answering 4-byte requests with 4 bytes after a delay:
     /// `fast_us`, or `slow_us` for every `slow_every`-th request of a connection. Thread per
     /// connection; with `--split` one thread reads a connection's requests and another answers
-    /// them. Each waits by sleeping until `spin_us` before its deadline, then spinning. Prints
-    /// `ready` once listening; runs until killed.
+    /// them. Each waits by sleeping until `spin_us` before its deadline, then spinning; with
+    /// `--fifo` at real-time priority 1 (root), so other load does not delay the answers.
+    /// Prints `ready` once listening; runs until killed.
     DelayServer {
         #[arg(long)]
         port: u16,
@@ -143,6 +144,8 @@ enum Cmd {
         spin_us: u64,
         #[arg(long)]
         split: bool,
+        #[arg(long)]
+        fifo: bool,
     },
     /// `conns` keep-alive connections to a `delay-server` on 127.0.0.1:`port`, each sending a
     /// request, waiting for the answer and `think_ms`, for `seconds`; then waits for the answers
@@ -765,7 +768,8 @@ fn main() {
             slow_every,
             spin_us,
             split,
-        } => net::delay_server(port, fast_us, slow_us, slow_every, spin_us, split),
+            fifo,
+        } => net::delay_server(port, fast_us, slow_us, slow_every, spin_us, split, fifo),
         Cmd::DelayClient {
             port,
             conns,

@@ -92,7 +92,7 @@ fn delay_of(i: u64, slow_every: u64, fast: Duration, slow: Duration) -> Duration
 /// Serve 4-byte requests on 127.0.0.1:`port`, answering each with 4 bytes `fast_us` after it
 /// was read (`slow_us` for every `slow_every`-th request of a connection), sleeping until
 /// `spin_us` before the deadline and spinning the rest. `split`: each connection has a thread
-/// that reads requests and another that answers them.
+/// that reads requests and another that answers them. `fifo`: run at real-time priority.
 pub fn delay_server(
     port: u16,
     fast_us: u64,
@@ -100,8 +100,18 @@ pub fn delay_server(
     slow_every: u64,
     spin_us: u64,
     split: bool,
+    fifo: bool,
 ) {
     let spin = Duration::from_micros(spin_us);
+    if fifo {
+        // Real-time priority 1 (inherited by every thread spawned later): the other load of
+        // a shared machine does not delay the answers, so they leave when they are due.
+        let p = libc::sched_param { sched_priority: 1 };
+        // SAFETY: sched_setscheduler on ourselves with a valid parameter.
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
+            die(&format!("SCHED_FIFO: {}", std::io::Error::last_os_error()));
+        }
+    }
     raise_nofile();
     // Sleeps end as close to their deadline as the timer allows (default slack is 50 µs).
     // SAFETY: prctl on ourselves with a plain value.
