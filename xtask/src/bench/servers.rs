@@ -12,14 +12,15 @@ use serde_json::Value;
 
 use super::{ebee_bench, header, load_avg, median, num, publish, table_head};
 
-/// Median ns per iteration of `mode` in one loop's results (NaN when it did not run).
-fn mode_ns(l: &Value, mode: &str) -> f64 {
+/// Median (`stat` "median_ns") or minimum ("min_ns") ns per iteration of `mode` in one
+/// loop's results (NaN when it did not run).
+fn mode_ns(l: &Value, mode: &str, stat: &str) -> f64 {
     l["modes"]
         .as_array()
         .into_iter()
         .flatten()
         .find(|m| m["mode"] == mode)
-        .map_or(f64::NAN, |m| num(&m["stats"]["median_ns"]))
+        .map_or(f64::NAN, |m| num(&m["stats"][stat]))
 }
 
 fn cell(x: f64, signed: bool) -> String {
@@ -72,7 +73,8 @@ pub fn run(calls: u64, rounds: u32, redis_rounds: u32, redis_requests: u64) -> R
          **floor** that plus empty programs on sock_recv_length and sock_send_length; \
          **servers on** ebee-top as it runs by default; **pinned self** (tcp only) servers off \
          and the loop pinned, pinned mode's cost for the same server. Median ns per iteration \
-         of {rounds} rounds; BPF statistics off.\n"
+         of {rounds} rounds; BPF statistics off. The last column gives on − off and floor − \
+         off per socket call again from each mode's fastest run (less of other load in it).\n"
     )?;
     table_head(
         &mut body,
@@ -87,22 +89,26 @@ pub fn run(calls: u64, rounds: u32, redis_rounds: u32, redis_requests: u64) -> R
             "on − off",
             "on − off per socket call",
             "floor − off per socket call",
+            "same two, from the minima",
         ],
     )?;
     let loops = v["loops"].as_array().cloned().unwrap_or_default();
     for l in &loops {
         let per = l["socket_calls_per_iteration"].as_f64().unwrap_or(0.0);
+        let m = |mode: &str| mode_ns(l, mode, "median_ns");
         let (none, off, floor, on, pinned) = (
-            mode_ns(l, "none"),
-            mode_ns(l, "servers_off"),
-            mode_ns(l, "floor"),
-            mode_ns(l, "servers_on"),
-            mode_ns(l, "pinned_self"),
+            m("none"),
+            m("servers_off"),
+            m("floor"),
+            m("servers_on"),
+            m("pinned_self"),
         );
         let per_call = |x: f64| if per > 0.0 { x / per } else { f64::NAN };
+        let lo = |mode: &str| mode_ns(l, mode, "min_ns");
+        let (off_lo, floor_lo, on_lo) = (lo("servers_off"), lo("floor"), lo("servers_on"));
         writeln!(
             body,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
             l["kind"].as_str().unwrap_or("?"),
             l["iterations"],
             cell(none, false),
@@ -113,6 +119,8 @@ pub fn run(calls: u64, rounds: u32, redis_rounds: u32, redis_requests: u64) -> R
             cell(on - off, true),
             cell(per_call(on - off), true),
             cell(per_call(floor - off), true),
+            cell(per_call(on_lo - off_lo), true),
+            cell(per_call(floor_lo - off_lo), true),
         )?;
     }
     writeln!(
