@@ -60,6 +60,22 @@ impl Drop for Proc {
     }
 }
 
+/// Start `cmd` as a child that is killed and reaped when the returned guard is dropped, and
+/// killed by the kernel (`PR_SET_PDEATHSIG`) if the thread that started it ends first (a test
+/// that panics, or a test binary that is killed, leaves no load generator spinning).
+pub fn spawn_guarded(cmd: &mut Command) -> std::io::Result<Proc> {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs in the child between fork and exec and only calls prctl, which
+    // is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn().map(Proc)
+}
+
 /// Start `ebee-load` with arguments.
 pub fn load(args: &[&str]) -> Proc {
     let c = Command::new(bin("ebee-load"))

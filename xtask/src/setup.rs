@@ -19,7 +19,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 
 /// Debian packages the tests need (tmux drives the TUI end to end; prometheus brings the real
 /// Prometheus and promtool the metrics tests scrape and check with; man-db reads the Debian
-/// package's man page, gzip compresses it).
+/// package's man page, gzip compresses it; the servers tests run redis, memcached and nginx
+/// under their own load generators, and curl as a client).
 const TEST_PACKAGES: &[&str] = &[
     "tmux",
     "util-linux",
@@ -27,6 +28,13 @@ const TEST_PACKAGES: &[&str] = &[
     "prometheus",
     "man-db",
     "gzip",
+    "redis-server",
+    "redis-tools",
+    "memcached",
+    "libmemcached-tools",
+    "nginx-light",
+    "wrk",
+    "curl",
 ];
 /// Debian packages `cargo xtask screenshots` needs (not the tests).
 const SCREENSHOT_PACKAGES: &[&str] = &[

@@ -9,6 +9,7 @@ mod precision;
 mod qos;
 mod record;
 mod scale;
+mod servers;
 mod switch;
 mod waits;
 
@@ -77,6 +78,24 @@ pub enum Which {
         #[arg(long, default_value_t = 100_000)]
         requests: u64,
     },
+    /// Cost of the servers pipeline (programs on the socket tracepoints): getppid and socket
+    /// loops with no monitor, ebee-top without and with the pipeline, the floor of empty
+    /// socket programs, pinned mode on a request loop; the programs' run time per event (BPF
+    /// statistics); redis-benchmark's requests/s with the pipeline on and off.
+    Servers {
+        /// getppid iterations per run (the socket loops run a tenth).
+        #[arg(long, default_value_t = 2_000_000)]
+        calls: u64,
+        /// Rounds of the loops; each runs every mode once.
+        #[arg(long, default_value_t = 9)]
+        rounds: u32,
+        /// Rounds of redis-benchmark; each runs every mode once.
+        #[arg(long, default_value_t = 5)]
+        redis_rounds: u32,
+        /// Requests of each redis-benchmark test (SET, then GET).
+        #[arg(long, default_value_t = 100_000)]
+        redis_requests: u64,
+    },
     /// Size of a recording per hour (and its encode/decode cost) on a busy and a moderate
     /// machine, at the default interval and longer ones.
     Record {
@@ -104,6 +123,12 @@ pub fn run(which: Which) -> Result<()> {
         Which::Overhead { calls, rounds } => overhead::run(calls, rounds),
         Which::Qos { clients, requests } => qos::run(&clients, requests),
         Which::Record { seconds } => record::run(seconds),
+        Which::Servers {
+            calls,
+            rounds,
+            redis_rounds,
+            redis_requests,
+        } => servers::run(calls, rounds, redis_rounds, redis_requests),
     }
 }
 

@@ -9,6 +9,7 @@ mod overhead;
 mod precision;
 mod qos;
 mod record_stats;
+mod servers;
 mod switch;
 mod topk;
 mod wait_precision;
@@ -95,6 +96,24 @@ enum Cmd {
         #[arg(long, default_value_t = 100_000)]
         requests: u64,
     },
+    /// Cost of the servers pipeline: syscall and socket loops on CPU 1 with no monitor,
+    /// ebee-top without and with the pipeline, the floor of empty socket programs and (the
+    /// request loop) pinned mode; the programs' run time per event from BPF statistics; and
+    /// redis-benchmark's requests/s with the pipeline on and off.
+    Servers {
+        /// getppid iterations per run (the socket loops run a tenth).
+        #[arg(long, default_value_t = 2_000_000)]
+        calls: u64,
+        /// Rounds of the loops (each runs every mode once).
+        #[arg(long, default_value_t = 9)]
+        rounds: u32,
+        /// Rounds of redis-benchmark (each runs every mode once).
+        #[arg(long, default_value_t = 5)]
+        redis_rounds: u32,
+        /// Requests of each redis-benchmark test (SET, then GET).
+        #[arg(long, default_value_t = 100_000)]
+        redis_requests: u64,
+    },
     /// Size and cost of a recording: bytes per interval (key and delta records), raw JSON
     /// bytes, encode and decode time per interval, and a sweep of zstd levels and key spacing
     /// over the same intervals.
@@ -130,6 +149,12 @@ fn main() {
             clients,
             requests,
         } => qos::qos(pid, port, &clients, requests),
+        Cmd::Servers {
+            calls,
+            rounds,
+            redis_rounds,
+            redis_requests,
+        } => servers::servers(calls, rounds, redis_rounds, redis_requests),
         Cmd::RecordStats { file } => record_stats::record_stats(&file),
     };
     match r {

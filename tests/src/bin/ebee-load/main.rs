@@ -1,7 +1,9 @@
 //! Workload generator for ebee-top's tests and benchmarks: CPU burners with a duty cycle,
-//! short-lived process storms, skewed mixes of many processes, memory holders and disk I/O.
+//! short-lived process storms, skewed mixes of many processes, memory holders, disk I/O, and
+//! socket servers and clients.
 
 mod disk;
+mod net;
 
 use std::time::{Duration, Instant};
 
@@ -61,7 +63,10 @@ enum Cmd {
     /// A tight loop of `calls` syscalls, started by a byte on stdin (so it can be pinned
     /// first); prints the mean ns per loop iteration. `getppid`: one syscall per iteration.
     /// `tcp`: a request/response over loopback TCP per iteration (client write, server read,
-    /// server write, client read: four syscalls), connected before the start byte.
+    /// server write, client read: four syscalls), connected before the start byte. `tcp-self`:
+    /// a byte written to and read back from a TCP socket connected to itself (two socket calls
+    /// on a TCP socket that is no server connection). `udp`: a datagram sent on one connected
+    /// UDP socket and received on the other (two socket calls).
     Syscalls {
         #[arg(long, default_value_t = 2_000_000)]
         calls: u64,
@@ -119,6 +124,51 @@ enum Cmd {
         direct: bool,
         #[arg(long)]
         fsync: bool,
+    },
+    /// A TCP server on 127.0.0.1:`port` answering 4-byte requests with 4 bytes after a delay:
+    /// `fast_us`, or `slow_us` for every `slow_every`-th request of a connection. Thread per
+    /// connection; with `--split` one thread reads a connection's requests and another answers
+    /// them. Each waits by sleeping until `spin_us` before its deadline, then spinning; with
+    /// `--fifo` at real-time priority 1 (root), so other load does not delay the answers.
+    /// Prints `ready` once listening; runs until killed.
+    DelayServer {
+        #[arg(long)]
+        port: u16,
+        #[arg(long, default_value_t = 1_000)]
+        fast_us: u64,
+        #[arg(long, default_value_t = 10_000)]
+        slow_us: u64,
+        #[arg(long, default_value_t = 10)]
+        slow_every: u64,
+        #[arg(long, default_value_t = 0)]
+        spin_us: u64,
+        #[arg(long)]
+        split: bool,
+        #[arg(long)]
+        fifo: bool,
+    },
+    /// `conns` keep-alive connections to a `delay-server` on 127.0.0.1:`port`, each sending a
+    /// request, waiting for the answer and `think_ms`, for `seconds`; then waits for the answers
+    /// still due and prints the number of requests completed.
+    DelayClient {
+        #[arg(long)]
+        port: u16,
+        #[arg(long, default_value_t = 8)]
+        conns: u32,
+        #[arg(long, default_value_t = 0)]
+        think_ms: u64,
+        #[arg(long)]
+        seconds: f64,
+    },
+    /// Connect to `to` (`tcp:HOST:PORT` or `unix:PATH`), send `send` bytes, read `recv` bytes,
+    /// exit.
+    Bytes {
+        #[arg(long)]
+        to: String,
+        #[arg(long, default_value_t = 0)]
+        send: u64,
+        #[arg(long, default_value_t = 0)]
+        recv: u64,
     },
     /// `procs` processes writing Zipf-skewed amounts through the page cache (process i about
     /// `top_kib / i^skew` KiB every 50 ms, every tenth also reading back from disk), in `dir`,
@@ -507,18 +557,82 @@ fn storm(per_s: u32, seconds: f64) {
     println!("{}", tv(ru.ru_utime) + tv(ru.ru_stime));
 }
 
+/// The sockets of a `syscalls` loop, made before the start byte.
+enum Loop {
+    Getppid,
+    /// A client and the connection a listener accepted: a request/response per iteration.
+    Tcp(std::net::TcpStream, std::net::TcpStream),
+    /// A TCP socket connected to itself (no listener anywhere): a byte out and back in per
+    /// iteration, on a TCP socket that is not a server connection.
+    TcpSelf(std::net::TcpStream),
+    /// Two connected UDP sockets: a datagram out of one and into the other per iteration.
+    Udp(std::net::UdpSocket, std::net::UdpSocket),
+}
+
+/// A TCP socket on 127.0.0.1 connected to its own address (TCP simultaneous open).
+fn tcp_self() -> std::net::TcpStream {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: a fresh socket set up with plain calls on valid arguments; on success its
+    // descriptor is owned by the returned stream.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let mut addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let p = (&mut addr as *mut libc::sockaddr_in).cast::<libc::sockaddr>();
+        if fd < 0
+            || libc::bind(fd, p, len) != 0
+            || libc::getsockname(fd, p, &mut len) != 0
+            || libc::connect(fd, p, len) != 0
+        {
+            die(&format!(
+                "self-connected TCP socket: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        std::net::TcpStream::from_raw_fd(fd)
+    }
+}
+
 fn syscalls(calls: u64, kind: &str) {
     use std::io::{Read, Write};
-    let tcp = if kind == "tcp" {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| die(&e));
-        let addr = l.local_addr().unwrap_or_else(|e| die(&e));
-        let c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| die(&e));
-        let (s, _) = l.accept().unwrap_or_else(|e| die(&e));
-        let _ = c.set_nodelay(true);
-        let _ = s.set_nodelay(true);
-        Some((l, c, s))
-    } else {
-        None
+    // The listener stays open for the run (its port is a listening port, as a server's is).
+    let mut _listener = None;
+    let lp = match kind {
+        "getppid" => Loop::Getppid,
+        "tcp" => {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| die(&e));
+            let addr = l.local_addr().unwrap_or_else(|e| die(&e));
+            let c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| die(&e));
+            let (s, _) = l.accept().unwrap_or_else(|e| die(&e));
+            let _ = c.set_nodelay(true);
+            let _ = s.set_nodelay(true);
+            _listener = Some(l);
+            Loop::Tcp(c, s)
+        }
+        "tcp-self" => {
+            let c = tcp_self();
+            let _ = c.set_nodelay(true);
+            Loop::TcpSelf(c)
+        }
+        "udp" => {
+            let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| die(&e));
+            let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| die(&e));
+            let (aa, ba) = (
+                a.local_addr().unwrap_or_else(|e| die(&e)),
+                b.local_addr().unwrap_or_else(|e| die(&e)),
+            );
+            a.connect(ba).unwrap_or_else(|e| die(&e));
+            b.connect(aa).unwrap_or_else(|e| die(&e));
+            Loop::Udp(a, b)
+        }
+        other => die(&format!("--kind {other}: getppid, tcp, tcp-self or udp")),
     };
     let mut go = [0u8; 1];
     if std::io::stdin().read_exact(&mut go).is_err() {
@@ -527,9 +641,9 @@ fn syscalls(calls: u64, kind: &str) {
     // CPU time of this thread, not wall time: the machine is shared, and time spent waiting
     // for a CPU is not a cost of the syscalls.
     let t0 = thread_cpu_ns();
-    match tcp {
-        Some((_l, mut c, mut s)) => {
-            let mut b = [0u8; 1];
+    let mut b = [0u8; 1];
+    match lp {
+        Loop::Tcp(mut c, mut s) => {
             for _ in 0..calls {
                 let ok = c.write_all(b"x").is_ok()
                     && s.read_exact(&mut b).is_ok()
@@ -540,7 +654,21 @@ fn syscalls(calls: u64, kind: &str) {
                 }
             }
         }
-        None => {
+        Loop::TcpSelf(mut c) => {
+            for _ in 0..calls {
+                if c.write_all(b"x").is_err() || c.read_exact(&mut b).is_err() {
+                    die(&"tcp-self loop failed");
+                }
+            }
+        }
+        Loop::Udp(a, s) => {
+            for _ in 0..calls {
+                if a.send(b"x").is_err() || s.recv(&mut b).is_err() {
+                    die(&"udp loop failed");
+                }
+            }
+        }
+        Loop::Getppid => {
             for _ in 0..calls {
                 // SAFETY: getppid has no arguments and no side effects.
                 unsafe { libc::syscall(libc::SYS_getppid) };
@@ -633,6 +761,22 @@ fn main() {
             skew,
             seconds,
         } => disk::io_mix(&dir, procs, top_kib, skew, seconds),
+        Cmd::DelayServer {
+            port,
+            fast_us,
+            slow_us,
+            slow_every,
+            spin_us,
+            split,
+            fifo,
+        } => net::delay_server(port, fast_us, slow_us, slow_every, spin_us, split, fifo),
+        Cmd::DelayClient {
+            port,
+            conns,
+            think_ms,
+            seconds,
+        } => net::delay_client(port, conns, think_ms, seconds),
+        Cmd::Bytes { to, send, recv } => net::bytes(&to, send, recv),
         Cmd::Mix {
             procs,
             top_duty,
