@@ -49,7 +49,7 @@ fn servers(dir: &Path) -> Result<Vec<Kill>> {
     std::fs::write(
         &conf,
         format!(
-            "daemon off; worker_processes 2; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+            "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
              events {{ worker_connections 256; }}\n\
              http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};\n\
              fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n\

@@ -3,7 +3,11 @@
 //! socket servers and clients.
 
 mod disk;
+mod mem;
 mod net;
+mod syscalls;
+
+use mem::{MIB, Region};
 
 use std::time::{Duration, Instant};
 
@@ -293,151 +297,6 @@ fn mix(procs: u32, top_duty: f64, skew: f64, churn_per_s: u32, seconds: f64) {
     }
 }
 
-const MIB: usize = 1 << 20;
-
-/// An anonymous private mapping whose pages are touched (so they are resident).
-struct Region {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Region {
-    fn map(len: usize) -> Option<Self> {
-        if len == 0 {
-            return None;
-        }
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        Some(Self { ptr: p.cast(), len })
-    }
-
-    /// Make pages `[from, to)` (bytes) resident by writing one byte in each.
-    fn touch(&self, from: usize, to: usize) {
-        let mut off = from;
-        while off < to.min(self.len) {
-            // SAFETY: inside the mapping; a volatile write so the page is really faulted in.
-            unsafe { std::ptr::write_volatile(self.ptr.add(off), 1) };
-            off += 4096;
-        }
-    }
-
-    /// Give pages `[from, to)` (bytes, page aligned) back to the kernel.
-    fn drop_pages(&self, from: usize, to: usize) {
-        let to = to.min(self.len);
-        if to > from {
-            // SAFETY: a page-aligned range inside the mapping; its contents are not needed.
-            unsafe { libc::madvise(self.ptr.add(from).cast(), to - from, libc::MADV_DONTNEED) };
-        }
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
-fn hold(mib: u64) {
-    use std::io::{BufRead as _, Write as _};
-    let mut regions: Vec<Region> = Vec::new();
-    let add = |mib: u64, regions: &mut Vec<Region>| {
-        if let Some(r) = Region::map(mib as usize * MIB) {
-            r.touch(0, r.len);
-            regions.push(r);
-        }
-    };
-    add(mib, &mut regions);
-    let mut out = std::io::stdout();
-    let _ = writeln!(out, "ready");
-    let _ = out.flush();
-    for line in std::io::stdin().lock().lines() {
-        let Ok(line) = line else { break };
-        let mut w = line.split_whitespace();
-        match (w.next(), w.next().and_then(|n| n.parse::<u64>().ok())) {
-            (Some("grow"), Some(n)) => add(n, &mut regions),
-            (Some("map"), Some(n)) => {
-                if let Some(r) = Region::map(n as usize * MIB) {
-                    let _ = writeln!(out, "addr {:#x}", r.ptr as usize);
-                    regions.push(r);
-                }
-            }
-            (Some("free"), _) => regions.clear(),
-            _ => die(&format!("unknown command {line:?}")),
-        }
-        let _ = writeln!(out, "ok");
-        let _ = out.flush();
-    }
-}
-
-fn mem_child(share_mib: f64, seed: u64, stop: Instant) {
-    let page = 4096usize;
-    let max = ((share_mib * 1.5 * MIB as f64) as usize).div_ceil(page) * page;
-    let Some(r) = Region::map(max.max(page)) else {
-        return;
-    };
-    let mut rng = Rng(seed | 1);
-    let mut cur = 0usize;
-    while Instant::now() < stop {
-        // Between half and one and a half of the share, in pages.
-        let f = 0.5 + (rng.next() % 1001) as f64 / 1000.0;
-        let target = ((share_mib * f * MIB as f64) as usize / page * page).min(r.len);
-        if target > cur {
-            r.touch(cur, target);
-        } else {
-            r.drop_pages(target, cur);
-        }
-        cur = target;
-        std::thread::sleep(Duration::from_millis(50 + rng.next() % 251));
-    }
-}
-
-fn mem_mix(procs: u32, top_mib: f64, skew: f64, seconds: f64) {
-    let stop = Instant::now() + Duration::from_secs_f64(seconds);
-    let mut pids = Vec::new();
-    for i in 1..=procs {
-        let share = top_mib / f64::from(i).powf(skew);
-        // SAFETY: fork in a single-threaded process; the child only maps, touches and sleeps,
-        // then _exits.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: prctl on ourselves: die with the parent even if it is SIGKILLed.
-            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-            mem_child(share, 0x9E37_79B9_7F4A_7C15 ^ u64::from(i), stop);
-            // SAFETY: leave the child without running the parent's exit handlers.
-            unsafe { libc::_exit(0) };
-        }
-        if pid > 0 {
-            pids.push(pid);
-        }
-    }
-    // SAFETY: plain signal/wait calls; on SIGTERM the children are killed with us.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
-        while Instant::now() < stop {
-            if libc::sleep(1) != 0 {
-                break; // interrupted by SIGTERM
-            }
-        }
-        for p in &pids {
-            libc::kill(*p, libc::SIGKILL);
-        }
-        while libc::wait(std::ptr::null_mut()) > 0 {}
-    }
-}
-
 fn pingpong(round_trips: u64, cpu: usize) {
     let mut a = [0i32; 2];
     let mut b = [0i32; 2];
@@ -557,128 +416,6 @@ fn storm(per_s: u32, seconds: f64) {
     println!("{}", tv(ru.ru_utime) + tv(ru.ru_stime));
 }
 
-/// The sockets of a `syscalls` loop, made before the start byte.
-enum Loop {
-    Getppid,
-    /// A client and the connection a listener accepted: a request/response per iteration.
-    Tcp(std::net::TcpStream, std::net::TcpStream),
-    /// A TCP socket connected to itself (no listener anywhere): a byte out and back in per
-    /// iteration, on a TCP socket that is not a server connection.
-    TcpSelf(std::net::TcpStream),
-    /// Two connected UDP sockets: a datagram out of one and into the other per iteration.
-    Udp(std::net::UdpSocket, std::net::UdpSocket),
-}
-
-/// A TCP socket on 127.0.0.1 connected to its own address (TCP simultaneous open).
-fn tcp_self() -> std::net::TcpStream {
-    use std::os::fd::FromRawFd as _;
-    // SAFETY: a fresh socket set up with plain calls on valid arguments; on success its
-    // descriptor is owned by the returned stream.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        let mut addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: 0,
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        let p = (&mut addr as *mut libc::sockaddr_in).cast::<libc::sockaddr>();
-        if fd < 0
-            || libc::bind(fd, p, len) != 0
-            || libc::getsockname(fd, p, &mut len) != 0
-            || libc::connect(fd, p, len) != 0
-        {
-            die(&format!(
-                "self-connected TCP socket: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        std::net::TcpStream::from_raw_fd(fd)
-    }
-}
-
-fn syscalls(calls: u64, kind: &str) {
-    use std::io::{Read, Write};
-    // The listener stays open for the run (its port is a listening port, as a server's is).
-    let mut _listener = None;
-    let lp = match kind {
-        "getppid" => Loop::Getppid,
-        "tcp" => {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| die(&e));
-            let addr = l.local_addr().unwrap_or_else(|e| die(&e));
-            let c = std::net::TcpStream::connect(addr).unwrap_or_else(|e| die(&e));
-            let (s, _) = l.accept().unwrap_or_else(|e| die(&e));
-            let _ = c.set_nodelay(true);
-            let _ = s.set_nodelay(true);
-            _listener = Some(l);
-            Loop::Tcp(c, s)
-        }
-        "tcp-self" => {
-            let c = tcp_self();
-            let _ = c.set_nodelay(true);
-            Loop::TcpSelf(c)
-        }
-        "udp" => {
-            let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| die(&e));
-            let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| die(&e));
-            let (aa, ba) = (
-                a.local_addr().unwrap_or_else(|e| die(&e)),
-                b.local_addr().unwrap_or_else(|e| die(&e)),
-            );
-            a.connect(ba).unwrap_or_else(|e| die(&e));
-            b.connect(aa).unwrap_or_else(|e| die(&e));
-            Loop::Udp(a, b)
-        }
-        other => die(&format!("--kind {other}: getppid, tcp, tcp-self or udp")),
-    };
-    let mut go = [0u8; 1];
-    if std::io::stdin().read_exact(&mut go).is_err() {
-        return;
-    }
-    // CPU time of this thread, not wall time: the machine is shared, and time spent waiting
-    // for a CPU is not a cost of the syscalls.
-    let t0 = thread_cpu_ns();
-    let mut b = [0u8; 1];
-    match lp {
-        Loop::Tcp(mut c, mut s) => {
-            for _ in 0..calls {
-                let ok = c.write_all(b"x").is_ok()
-                    && s.read_exact(&mut b).is_ok()
-                    && s.write_all(b"y").is_ok()
-                    && c.read_exact(&mut b).is_ok();
-                if !ok {
-                    die(&"tcp ping-pong failed");
-                }
-            }
-        }
-        Loop::TcpSelf(mut c) => {
-            for _ in 0..calls {
-                if c.write_all(b"x").is_err() || c.read_exact(&mut b).is_err() {
-                    die(&"tcp-self loop failed");
-                }
-            }
-        }
-        Loop::Udp(a, s) => {
-            for _ in 0..calls {
-                if a.send(b"x").is_err() || s.recv(&mut b).is_err() {
-                    die(&"udp loop failed");
-                }
-            }
-        }
-        Loop::Getppid => {
-            for _ in 0..calls {
-                // SAFETY: getppid has no arguments and no side effects.
-                unsafe { libc::syscall(libc::SYS_getppid) };
-            }
-        }
-    }
-    let ns = thread_cpu_ns().saturating_sub(t0) as f64 / calls.max(1) as f64;
-    println!("{ns:.2}");
-}
-
 /// CPU time of the calling thread, ns.
 fn thread_cpu_ns() -> u64 {
     cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
@@ -703,7 +440,7 @@ fn die(e: &dyn std::fmt::Display) -> ! {
 fn main() {
     let args = Args::parse();
     match args.cmd {
-        Cmd::Syscalls { calls, kind } => syscalls(calls, &kind),
+        Cmd::Syscalls { calls, kind } => syscalls::syscalls(calls, &kind),
         Cmd::Sleeper { ms, seconds } => {
             let stop = deadline(seconds);
             while stop.is_none_or(|s| Instant::now() < s) {
@@ -728,7 +465,7 @@ fn main() {
         }
         Cmd::Pingpong { round_trips, cpu } => pingpong(round_trips, cpu),
         Cmd::Idle { procs } => idle(procs),
-        Cmd::Hold { mib } => hold(mib),
+        Cmd::Hold { mib } => mem::hold(mib),
         Cmd::Faults { mib, rounds } => {
             let len = mib as usize * MIB;
             let t = Instant::now();
@@ -745,7 +482,7 @@ fn main() {
             top_mib,
             skew,
             seconds,
-        } => mem_mix(procs, top_mib, skew, seconds),
+        } => mem::mem_mix(procs, top_mib, skew, seconds),
         Cmd::Storm { per_s, seconds } => storm(per_s, seconds),
         Cmd::Disk {
             path,
