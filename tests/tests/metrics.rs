@@ -10,7 +10,9 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ebee_tests::{Proc, Serve, bin, free_port, http_get, load, privileged, schedstat_ns};
+use ebee_tests::{
+    Proc, Serve, bin, free_port, http_get, load, privileged, schedstat_ns, spawn_guarded,
+};
 
 fn scrape(addr: &str, accept: Option<&str>) -> (u16, String, String) {
     let h: Vec<String> = accept.map(|a| format!("Accept: {a}")).into_iter().collect();
@@ -126,6 +128,33 @@ fn at(log: &[(f64, u64)], t: f64) -> f64 {
     v0 as f64 + (v1 as f64 - v0 as f64) * (t - t0) / (t1 - t0)
 }
 
+/// redis's own count of the commands it processed (`INFO stats`), over a connection of ours
+/// (its INFO commands are counted by redis and by ebee-top alike).
+fn redis_commands(c: &mut TcpStream) -> u64 {
+    c.write_all(b"INFO stats\r\n").unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // A bulk reply: `$LEN\r\n` then LEN bytes and `\r\n`.
+    loop {
+        let n = c.read(&mut chunk).unwrap();
+        assert!(n > 0, "redis closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if let Some((head, rest)) = text.split_once("\r\n") {
+            let len: usize = head.trim_start_matches('$').parse().unwrap();
+            if rest.len() >= len + 2 {
+                return rest
+                    .lines()
+                    .find_map(|l| l.strip_prefix("total_commands_processed:"))
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+            }
+        }
+    }
+}
+
 #[test]
 fn prometheus_rate_of_a_child_matches_schedstat() {
     if !privileged("prometheus_rate_of_a_child_matches_schedstat") {
@@ -135,6 +164,45 @@ fn prometheus_rate_of_a_child_matches_schedstat() {
         load(&["burn", "--duty", "0.3", "--period-ms", "20"]),
         load(&["burn", "--duty", "0.6", "--period-ms", "20"]),
     ];
+    // A real server under its own benchmark client, found by the servers pipeline.
+    let redis_dir = tempfile::tempdir().unwrap();
+    let redis = spawn_guarded(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                "17611",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+            ])
+            .arg(redis_dir.path())
+            .stdout(Stdio::null()),
+    )
+    .expect("redis-server (cargo xtask setup installs it)");
+    let mut info = (0..50)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            TcpStream::connect("127.0.0.1:17611").ok()
+        })
+        .expect("redis-server answers on 17611");
+    let _client = spawn_guarded(
+        Command::new("redis-benchmark")
+            .args([
+                "-p",
+                "17611",
+                "-c",
+                "4",
+                "-n",
+                "100000000",
+                "-t",
+                "get",
+                "-q",
+            ])
+            .stdout(Stdio::null()),
+    )
+    .expect("redis-benchmark");
     let serve = Serve::start(&["-d", "0.1"]);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("prometheus.yml");
@@ -182,10 +250,14 @@ fn prometheus_rate_of_a_child_matches_schedstat() {
     }
     let start = Instant::now();
     let mut logs: Vec<Vec<(f64, u64)>> = vec![Vec::new(); children.len()];
+    let mut redis_log: Vec<(f64, u64)> = Vec::new();
     while start.elapsed() < Duration::from_secs(12) {
         for (log, c) in logs.iter_mut().zip(&children) {
             log.push((unix_s(), schedstat_ns(c.pid()).unwrap()));
         }
+        let t = unix_s();
+        let n = redis_commands(&mut info);
+        redis_log.push(((t + unix_s()) / 2.0, n));
         std::thread::sleep(Duration::from_millis(50));
     }
     for (log, c) in logs.iter().zip(&children) {
@@ -230,6 +302,38 @@ fn prometheus_rate_of_a_child_matches_schedstat() {
             err * 100.0
         );
     }
+    // The server's request rate, as Prometheus computes it, against redis's own counter over
+    // the same samples; and its p99 from the exported histogram is a latency redis-benchmark
+    // on loopback can have.
+    let sel = format!("ebee_server_requests_total{{pid=\"{}\"}}", redis.pid());
+    let recent = prom_query(&prom_addr, &format!("{sel}[5s]"), unix_s());
+    assert!(!recent.is_empty(), "redis is exported as a server: {sel}");
+    let last = recent[0]["values"].as_array().unwrap();
+    let t = last[last.len() - 1][0].as_f64().unwrap() + 0.1;
+    let raw = prom_query(&prom_addr, &format!("{sel}[10s]"), t);
+    let values = raw[0]["values"].as_array().unwrap();
+    let ts = |i: usize| values[i][0].as_f64().unwrap();
+    let val = |i: usize| values[i][1].as_str().unwrap().parse::<f64>().unwrap();
+    let (t0, t1) = (ts(0), ts(values.len() - 1));
+    let ours = (val(values.len() - 1) - val(0)) / (t1 - t0);
+    let truth = (at(&redis_log, t1) - at(&redis_log, t0)) / (t1 - t0);
+    let err = (ours - truth).abs() / truth;
+    eprintln!(
+        "redis: ebee_server_requests_total {ours:.0}/s, INFO {truth:.0}/s, {:.2}% apart",
+        err * 100.0
+    );
+    assert!(
+        err < 0.02,
+        "requests/s: ours {ours:.0}, redis {truth:.0} ({:.2}% apart)",
+        err * 100.0
+    );
+    let q = format!(
+        "histogram_quantile(0.99, rate(ebee_server_request_duration_seconds_bucket{{pid=\"{}\"}}[10s]))",
+        redis.pid()
+    );
+    let p99 = prom_query(&prom_addr, &q, t);
+    let p99: f64 = p99[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!((1e-6..0.1).contains(&p99), "redis p99 on loopback: {p99} s");
     // Prometheus asked for OpenMetrics (it prefers it) and parsed every scrape.
     let (_, _, targets) = http_get(&prom_addr, "/api/v1/targets", &[]).unwrap();
     let v: serde_json::Value = serde_json::from_str(&targets).unwrap();

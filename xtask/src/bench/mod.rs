@@ -4,6 +4,7 @@
 //! things, the section header and BENCHMARKS.md, and the table helpers.
 
 mod mem_precision;
+mod metrics;
 mod overhead;
 mod precision;
 mod qos;
@@ -96,6 +97,13 @@ pub enum Which {
         #[arg(long, default_value_t = 100_000)]
         redis_requests: u64,
     },
+    /// The metrics endpoint under load: the drain's latency with nobody scraping, and with
+    /// 100 open connections and 20 scrapes a second.
+    Metrics {
+        /// Seconds each mode runs.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
     /// Size of a recording per hour (and its encode/decode cost) on a busy and a moderate
     /// machine, at the default interval and longer ones.
     Record {
@@ -129,6 +137,7 @@ pub fn run(which: Which) -> Result<()> {
             redis_rounds,
             redis_requests,
         } => servers::run(calls, rounds, redis_rounds, redis_requests),
+        Which::Metrics { seconds } => metrics::run(seconds),
     }
 }
 

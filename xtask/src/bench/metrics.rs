@@ -1,0 +1,172 @@
+//! `cargo xtask bench metrics`: does the metrics endpoint slow the drain? `ebee-top -b
+//! --listen` runs with `--latency-report` twice for the same time, with a redis-server under
+//! redis-benchmark so there is a server and work to fold: once with nobody scraping, once with
+//! 100 connections held open and 20 scrapes a second. The drain's latency (kernel close of an
+//! interval to its Batch) and the time to the line being written are compared; the scraper's
+//! own response times are reported beside them.
+
+use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use serde_json::Value;
+
+use super::{Workload, as_root, header, load_avg, median, publish, table_head};
+
+const ADDR: &str = "127.0.0.1:19477";
+const REDIS_PORT: &str = "17601";
+
+/// One GET /metrics on a new connection: (ms to the whole body, status was 200).
+fn scrape_once() -> Option<f64> {
+    let t = Instant::now();
+    let mut c = TcpStream::connect(ADDR).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut buf = Vec::new();
+    c.read_to_end(&mut buf).ok()?;
+    buf.starts_with(b"HTTP/1.1 200")
+        .then(|| t.elapsed().as_secs_f64() * 1e3)
+}
+
+/// Run ebee-top for `seconds`; with `load`, 100 idle connections and 20 scrapes/s meanwhile.
+/// Returns its latency report and the scrape times (ms).
+fn run_once(seconds: u64, load: bool, report: &std::path::Path) -> Result<(Value, Vec<f64>)> {
+    let n = (seconds * 20).to_string();
+    let mut top = Workload(
+        as_root("ebee-top")
+            .args(["-b", "--format", "json", "-d", "0.05", "-n", &n])
+            .args(["--listen", ADDR, "--latency-report"])
+            .arg(report)
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting ebee-top")?,
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut idle = Vec::new();
+    let mut times = Vec::new();
+    if load {
+        for _ in 0..100 {
+            if let Ok(c) = TcpStream::connect(ADDR) {
+                idle.push(c);
+            }
+        }
+        let st = stop.clone();
+        let h = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let mut next = Instant::now();
+            while !st.load(Ordering::Relaxed) {
+                if let Some(ms) = scrape_once() {
+                    v.push(ms);
+                }
+                next += Duration::from_millis(50);
+                if let Some(d) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(d);
+                }
+            }
+            v
+        });
+        let status = top.0.wait().context("waiting for ebee-top")?;
+        stop.store(true, Ordering::Relaxed);
+        times = h.join().unwrap_or_default();
+        anyhow::ensure!(status.success(), "ebee-top failed ({status})");
+    } else {
+        let status = top.0.wait().context("waiting for ebee-top")?;
+        anyhow::ensure!(status.success(), "ebee-top failed ({status})");
+    }
+    drop(idle);
+    let text = std::fs::read_to_string(report).context("reading the latency report")?;
+    Ok((serde_json::from_str(&text)?, times))
+}
+
+fn ms(v: &Value) -> String {
+    v.as_f64()
+        .map_or_else(|| "n/a".into(), |us| format!("{:.2}", us / 1000.0))
+}
+
+pub fn run(seconds: u64) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("ebee-bench-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let _redis = Workload(
+        Command::new("redis-server")
+            .args(["--port", REDIS_PORT, "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting redis-server (apt-get install redis-server)")?,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let _bench = Workload(
+        Command::new("redis-benchmark")
+            .args(["-p", REDIS_PORT, "-n", "1000000000", "-c", "8", "-q"])
+            .args(["-t", "get"])
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting redis-benchmark")?,
+    );
+    let mut body = String::new();
+    let cmd = format!("cargo xtask bench metrics --seconds {seconds}");
+    let note = format!("  \nLoad average when it started: {}", load_avg());
+    header(
+        &mut body,
+        "Metrics endpoint: the drain under scrapes",
+        &cmd,
+        &note,
+    )?;
+    writeln!(
+        body,
+        "`ebee-top -b --format json -d 0.05 --listen {ADDR} --latency-report` for {seconds} s, \
+         redis-server under redis-benchmark (8 clients) beside it so the servers pipeline has \
+         work. **idle**: nobody scrapes. **scraped**: 100 connections held open the whole \
+         time and 20 scrapes a second (each a new connection, `Connection: close`). drain: \
+         from the kernel closing an interval to its Batch; shown: to its JSON line written.\n"
+    )?;
+    table_head(
+        &mut body,
+        &[
+            "mode",
+            "intervals",
+            "drain p50 ms",
+            "drain p99 ms",
+            "drain max ms",
+            "shown p99 ms",
+            "scrapes",
+            "scrape p50 ms",
+            "scrape max ms",
+        ],
+    )?;
+    for (name, load) in [("idle", false), ("scraped", true)] {
+        let report = dir.join(format!("{name}.json"));
+        let (r, times) = run_once(seconds, load, &report)?;
+        let max = times.iter().copied().fold(f64::NAN, f64::max);
+        writeln!(
+            body,
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r["drain"]["count"],
+            ms(&r["drain"]["p50_us"]),
+            ms(&r["drain"]["p99_us"]),
+            ms(&r["drain"]["max_us"]),
+            ms(&r["shown"]["p99_us"]),
+            times.len(),
+            if times.is_empty() {
+                "–".into()
+            } else {
+                format!("{:.2}", median(times.clone()))
+            },
+            if times.is_empty() {
+                "–".into()
+            } else {
+                format!("{max:.2}")
+            },
+        )?;
+    }
+    writeln!(body)?;
+    publish("metrics", &body)
+}
