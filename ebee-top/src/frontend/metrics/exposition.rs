@@ -171,7 +171,7 @@ impl Snapshot {
 
     fn encode(&self, format: Format) -> String {
         let mut registry = Registry::default();
-        registry.register_collector(Box::new(Families(self.families.clone())));
+        registry.register_collector(Box::new(Families(self.families.clone(), format)));
         let mut out = String::new();
         let r = match format {
             Format::Prometheus => {
@@ -188,9 +188,9 @@ impl Snapshot {
     }
 }
 
-/// The families as a prometheus-client collector.
+/// The families as a prometheus-client collector, for one format.
 #[derive(Debug)]
-struct Families(Arc<Vec<Family>>);
+struct Families(Arc<Vec<Family>>, Format);
 
 impl Collector for Families {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -203,9 +203,9 @@ impl Collector for Families {
             let mut me = encoder.encode_descriptor(f.name, f.help, f.unit.as_ref(), t)?;
             for s in &f.series {
                 if s.labels.is_empty() {
-                    encode_value(&mut me, &s.value)?;
+                    encode_value(&mut me, &s.value, self.1)?;
                 } else {
-                    encode_value(&mut me.encode_family(&s.labels)?, &s.value)?;
+                    encode_value(&mut me.encode_family(&s.labels)?, &s.value, self.1)?;
                 }
             }
         }
@@ -213,7 +213,7 @@ impl Collector for Families {
     }
 }
 
-fn encode_value(me: &mut MetricEncoder, v: &Value) -> Result<(), std::fmt::Error> {
+fn encode_value(me: &mut MetricEncoder, v: &Value, format: Format) -> Result<(), std::fmt::Error> {
     type NoExemplar = prometheus_client::metrics::exemplar::Exemplar<Vec<(String, String)>, f64>;
     match v {
         Value::Counter(c) => me.encode_counter::<Vec<(String, String)>, f64, f64>(c, None),
@@ -222,12 +222,33 @@ fn encode_value(me: &mut MetricEncoder, v: &Value) -> Result<(), std::fmt::Error
             sum,
             count,
             buckets,
-        } => me.encode_histogram::<Vec<(String, String)>>(
-            *sum,
-            *count,
-            buckets,
-            None::<&std::collections::HashMap<usize, NoExemplar>>,
-        ),
+        } => {
+            // The OpenMetrics encoder writes only the buckets it is given, and a histogram
+            // without its `+Inf` bucket is one `histogram_quantile` cannot use: add it (the
+            // Prometheus text encoder adds it from `count` itself).
+            let with_inf: Vec<(f64, u64)>;
+            let buckets = match format {
+                Format::OpenMetrics => {
+                    let finite: u64 = buckets.iter().map(|(_, n)| n).sum();
+                    with_inf = buckets
+                        .iter()
+                        .copied()
+                        .chain(std::iter::once((
+                            f64::INFINITY,
+                            count.saturating_sub(finite),
+                        )))
+                        .collect();
+                    &with_inf[..]
+                }
+                Format::Prometheus => &buckets[..],
+            };
+            me.encode_histogram::<Vec<(String, String)>>(
+                *sum,
+                *count,
+                buckets,
+                None::<&std::collections::HashMap<usize, NoExemplar>>,
+            )
+        }
     }
 }
 
@@ -287,6 +308,13 @@ mod tests {
         );
         assert!(om.contains("# UNIT ebee_process_cpu_seconds seconds\n"));
         assert!(om.ends_with("# EOF\n"));
+        // Both formats end a histogram with its +Inf bucket, once.
+        assert_eq!(om.matches(r#"le="+Inf""#).count(), 1, "{om}");
+        assert!(
+            om.contains(r#"ebee_x_duration_seconds_bucket{le="+Inf",pid="1"} 3"#),
+            "{om}"
+        );
+        assert_eq!(text.matches(r#"le="+Inf""#).count(), 1, "{text}");
         assert_eq!(s.series(), 3);
         assert_eq!(
             s.families()[0].exposed_name(),
