@@ -35,6 +35,7 @@ pub fn probe_config(cli: &Cli) -> ProbeConfig {
         trace: false,
         bpf_stats: !cli.no_bpf_stats,
         no_servers: cli.no_servers,
+        stats_sampled: true,
     }
 }
 

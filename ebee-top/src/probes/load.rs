@@ -86,6 +86,9 @@ impl Probes {
         Ok(Self {
             stats,
             want_stats: cfg.bpf_stats,
+            stats_sampled: cfg.stats_sampled,
+            loaded: std::time::Instant::now(),
+            window_drains: 0,
             _ebpf: ebpf,
             flip: flipper,
             ctl,

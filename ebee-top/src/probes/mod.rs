@@ -73,7 +73,14 @@ pub struct ProbeConfig {
     pub bpf_stats: bool,
     /// Leave the servers pipeline (socket tracepoints) off (`--no-servers`).
     pub no_servers: bool,
+    /// With `bpf_stats`: keep the statistics on only 1 s in every 10 ([`STATS_ON`] of
+    /// [`STATS_PERIOD`]), so their clock reads tax every program run a tenth of the time.
+    pub stats_sampled: bool,
 }
+
+/// The sampling window of the BPF run-time statistics, and the period it repeats with.
+pub const STATS_ON: Duration = Duration::from_secs(1);
+pub const STATS_PERIOD: Duration = Duration::from_secs(10);
 
 /// One program's cumulative run time (kernel BPF stats, when enabled).
 #[derive(Clone, Copy, Debug, Default)]
@@ -110,6 +117,11 @@ pub struct Probes {
     stats: Option<std::os::fd::OwnedFd>,
     /// Whether the caller asked for BPF run-time statistics.
     want_stats: bool,
+    /// Whether they are sampled (see [`ProbeConfig::stats_sampled`]), from when.
+    stats_sampled: bool,
+    loaded: std::time::Instant,
+    /// Drains since the statistics were last turned on.
+    window_drains: u32,
 }
 
 /// True when `e` (or anything it wraps) is an EPERM/EACCES from the kernel.
@@ -211,12 +223,36 @@ impl Probes {
     /// BPF run-time statistics are a kernel-wide switch that adds two clock reads to every
     /// program run: with the syscall programs attached that taxes every syscall of every
     /// process, so they are off while anything is pinned (own eBPF cost shows as unknown).
+    ///
+    /// Sampled, they are on from the start of each period for [`STATS_ON`], and at least four
+    /// drains, so even a long interval gets a window with a complete interval in it (the
+    /// drain that turns them on counts, and the reading before it had them off).
     fn sync_stats(&mut self) {
-        if self.qos.attached() {
+        if self.qos.attached() || !self.want_stats {
             self.stats = None;
-        } else if self.want_stats && self.stats.is_none() {
-            self.stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+            return;
         }
+        if !self.stats_sampled {
+            if self.stats.is_none() {
+                self.stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+            }
+            return;
+        }
+        let phase = self.loaded.elapsed().as_millis() % STATS_PERIOD.as_millis();
+        if self.stats.is_some() {
+            self.window_drains += 1;
+            if self.window_drains >= 4 && phase >= STATS_ON.as_millis() {
+                self.stats = None;
+            }
+        } else if phase < STATS_ON.as_millis() {
+            self.stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+            self.window_drains = 0;
+        }
+    }
+
+    /// True when the BPF statistics are sampled rather than kept on.
+    pub fn stats_sampled(&self) -> bool {
+        self.want_stats && self.stats_sampled
     }
 
     /// The pinned processes.

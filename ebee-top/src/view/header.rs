@@ -100,9 +100,11 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     second.push(format!("interval {:.0}ms", ns / 1e6));
     // Own cost as a share of one core: the process's CPU time plus its programs' run time.
     let own = b.cost.cpu_ns as f64 * 100.0 / ns;
+    // `~`: the programs' share is an estimate from the sampled statistics.
+    let approx = if b.cost.bpf_sampled { "~" } else { " " };
     second.push(match b.cost.bpf_ns {
         Some(bpf) => format!(
-            "self {:.2}% (bpf {:.2}%)",
+            "self {:.2}% (bpf{approx}{:.2}%)",
             own + bpf as f64 * 100.0 / ns,
             bpf as f64 * 100.0 / ns
         ),

@@ -75,6 +75,7 @@ pub(crate) fn batch(seq: u64, rows: &[(u32, [u64; 5])], procs: &[ProcInfo]) -> B
                 cpu_ns: 400_000,
                 bpf_ns: Some(60_000),
                 bpf_runs: Some(1500),
+                bpf_sampled: false,
             };
             b.wait = rows
                 .iter()
@@ -604,4 +605,17 @@ fn servers_pane_table_sorts_and_pin() {
     assert_eq!(e, crate::app::Effect::SetPins(vec![501]));
     key(&mut a, 'S');
     assert_eq!(a.main, crate::app::MainView::Processes);
+}
+
+/// The programs' share in the header is marked `~` when it is an estimate from the sampled
+/// BPF statistics.
+#[test]
+fn a_sampled_bpf_cost_is_marked_as_an_estimate() {
+    let mut a = app();
+    let p = proc(4242, "cruncher", "cruncher");
+    let mut b = batch(1, &[(4242, [MS; 5])], std::slice::from_ref(&p));
+    b.cost.bpf_sampled = true;
+    a.update(Msg::Batch(Box::new(b)));
+    let t = text(&a, 120, 24);
+    assert!(t.contains("(bpf~0.12%)"), "{t}");
 }

@@ -215,6 +215,7 @@ pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
         trace: false,
         bpf_stats: !a.no_bpf_stats,
         no_servers: a.no_servers,
+        stats_sampled: true,
     };
     let mut live = Live::start(cfg, a.delay)?;
     if !a.pids.is_empty() {

@@ -212,6 +212,7 @@ mod tests {
                         cpu_ns: 1_000_000,
                         bpf_ns: bpf,
                         bpf_runs: bpf.map(|_| 10),
+                        bpf_sampled: false,
                     };
                     b.dropped.sketch_evictions = 2;
                     b.dropped.sketch_evicted_ns = 3_000_000;

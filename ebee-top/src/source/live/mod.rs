@@ -190,7 +190,9 @@ impl Source for Live {
         self.qos_timeouts = raw.qos_handshake_timeouts;
         self.procs.end_interval();
 
-        let cost = self.cost.tick(&self.probes);
+        let cost = self
+            .cost
+            .tick(&self.probes, raw.end_ns.saturating_sub(raw.start_ns));
 
         let batch = Batch {
             seq: self.seq,

@@ -71,7 +71,13 @@ pub fn switch_cost(round_trips: u64, rounds: u32) -> anyhow::Result<serde_json::
     ebee_tests::pin_to_cpu(0);
     let sleeper = sleeper()?;
     let other = sleeper.pid();
-    let modes = ["none", "floor", "ebee_top", "ebee_top_pinned_other"];
+    let modes = [
+        "none",
+        "floor",
+        "ebee_top",
+        "ebee_top_pinned_other",
+        "ebee_top_stats_on",
+    ];
     let mut res: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
     for _ in 0..rounds {
         res[0].push(pingpong(None, round_trips)?);
@@ -83,6 +89,16 @@ pub fn switch_cost(round_trips: u64, rounds: u32) -> anyhow::Result<serde_json::
         res[2].push(pingpong(Some(&mut p), round_trips)?);
         p.set_pins(&[other])?;
         res[3].push(pingpong(Some(&mut p), round_trips)?);
+        drop(p);
+        // The kernel's BPF statistics on all the time (what sampling them saves).
+        let mut p = Probes::load(
+            ProbeConfig {
+                bpf_stats: true,
+                ..Default::default()
+            },
+            Duration::from_millis(50),
+        )?;
+        res[4].push(pingpong(Some(&mut p), round_trips)?);
     }
     let stats = bpf_stats(round_trips)?;
     drop(sleeper);
