@@ -417,3 +417,48 @@ fn sketch_equals_exact_shadow_when_nothing_is_evicted() {
     );
     assert!(readings > 100, "only {readings} readings compared");
 }
+
+/// GROWTH/s against /proc: a process growing 20 MiB/s in 2 MiB steps for 2 s. Summed over the
+/// intervals, the growth per second the Model shows times each interval's length is the growth
+/// VmRSS shows over the same window (read right after the drains that bound it), within 5%.
+#[test]
+fn growth_per_second_matches_vmrss_over_the_same_window() {
+    if !privileged("growth_per_second_matches_vmrss_over_the_same_window") {
+        return;
+    }
+    let mut h = Holder::start(8);
+    let mut src = live(false);
+    let mut m = Model::new();
+    next(&mut src, &mut m);
+    next(&mut src, &mut m);
+    let rss0 = vmrss(h.pid()).unwrap();
+    let (mut grown, mut span_ns) = (0.0f64, 0u64);
+    for _ in 0..20 {
+        h.cmd("grow 2");
+        for _ in 0..2 {
+            let b = next(&mut src, &mut m);
+            span_ns += b.interval_ns();
+            let shown = m
+                .mem
+                .sketch
+                .top_rss(usize::MAX)
+                .into_iter()
+                .find(|e| e.pid == h.pid())
+                .map_or(0.0, |e| e.growth_per_s);
+            grown += shown * b.interval_ns() as f64 / 1e9;
+        }
+    }
+    let rss1 = vmrss(h.pid()).unwrap();
+    let secs = span_ns as f64 / 1e9;
+    let (ours, truth) = (grown / secs, (rss1 - rss0) as f64 / secs);
+    eprintln!(
+        "growth: shown {:.2} MiB/s, VmRSS {:.2} MiB/s over {secs:.2} s",
+        ours / MIB as f64,
+        truth / MIB as f64
+    );
+    assert!(truth > 10.0 * MIB as f64, "the child grew: {truth}");
+    assert!(
+        (ours - truth).abs() <= truth * 0.05,
+        "GROWTH/s {ours:.0} vs VmRSS {truth:.0} B/s"
+    );
+}
