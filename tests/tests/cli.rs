@@ -238,3 +238,68 @@ fn signals_end_a_batch_run_cleanly_and_nothing_stays_loaded() {
         assert!(left.is_empty(), "maps {left:?} left after signal {sig}");
     }
 }
+
+/// `--latency-report` against a reader of the batch output: the reader stamps each JSON line
+/// as it arrives (its own wall clock) and subtracts the line's `t_ms` (when its Batch was
+/// built, after the drain). That is the report's "shown" latency minus the drain, so the
+/// reader's median cannot exceed the report's shown median by more than `t_ms`'s millisecond
+/// truncation and the reader's own wake-up (2 ms allowed), and the report counts every
+/// interval.
+#[test]
+fn the_latency_report_agrees_with_a_reader_of_the_output() {
+    use std::io::BufRead as _;
+    if !privileged("the_latency_report_agrees_with_a_reader_of_the_output") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("latency.json");
+    let mut c = std::process::Command::new(ebee_tests::bin("ebee-top"))
+        .args([
+            "-b",
+            "--format",
+            "json",
+            "-d",
+            "0.05",
+            "-n",
+            "60",
+            "--latency-report",
+        ])
+        .arg(&report)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut lat_ms = Vec::new();
+    for line in out.lines() {
+        let line = line.unwrap();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+            * 1e3;
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        lat_ms.push(now_ms - v["t_ms"].as_f64().unwrap());
+    }
+    assert!(c.wait().unwrap().success());
+    assert_eq!(lat_ms.len(), 60);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["shown"]["count"], 60, "{r}");
+    assert_eq!(r["drain"]["count"], 60, "{r}");
+    lat_ms.sort_by(f64::total_cmp);
+    let reader_p50 = lat_ms[lat_ms.len() / 2];
+    let shown_p50 = r["shown"]["p50_us"].as_f64().unwrap() / 1e3;
+    eprintln!(
+        "reader p50 {reader_p50:.3} ms (min {:.3}), report shown p50 {shown_p50:.3} ms, drain p50 {:.3} ms",
+        lat_ms[0],
+        r["drain"]["p50_us"].as_f64().unwrap() / 1e3
+    );
+    assert!(
+        lat_ms[0] > -1.0,
+        "a line arrived before its batch was built"
+    );
+    assert!(
+        reader_p50 <= shown_p50 + 2.0,
+        "reader {reader_p50} ms vs report {shown_p50} ms"
+    );
+}
