@@ -3,6 +3,7 @@
 //! One module per benchmark; this one holds the subcommand, what they share for running
 //! things, the section header and BENCHMARKS.md, and the table helpers.
 
+mod footprint;
 mod mem_precision;
 mod metrics;
 mod overhead;
@@ -97,6 +98,13 @@ pub enum Which {
         #[arg(long, default_value_t = 100_000)]
         redis_requests: u64,
     },
+    /// ebee-top's own resident memory: the screen with 1,000 processes, a minute of history
+    /// and a pin (steady and peak), and batch mode's peak.
+    Footprint {
+        /// Seconds the screen runs (a minute of history fills after 60).
+        #[arg(long, default_value_t = 75)]
+        seconds: u64,
+    },
     /// The metrics endpoint under load: the drain's latency with nobody scraping, and with
     /// 100 open connections and 20 scrapes a second.
     Metrics {
@@ -138,6 +146,7 @@ pub fn run(which: Which) -> Result<()> {
             redis_requests,
         } => servers::run(calls, rounds, redis_rounds, redis_requests),
         Which::Metrics { seconds } => metrics::run(seconds),
+        Which::Footprint { seconds } => footprint::run(seconds),
     }
 }
 

@@ -36,7 +36,7 @@ fn spawn_quiet(cmd: &mut Command) -> Result<Workload> {
 
 /// Run `cmd` in a fresh 200x50 tmux session `session` (replacing one of that name); the pid
 /// of the pane's process.
-fn tmux_pane(session: &str, cmd: &str) -> Result<u32> {
+pub(super) fn tmux_pane(session: &str, cmd: &str) -> Result<u32> {
     let _ = Command::new("tmux")
         .args(["kill-session", "-t", session])
         .status();
