@@ -54,12 +54,7 @@ fn write_servers_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Res
         return Ok(());
     }
     let secs = b.interval_ns().max(1) as f64 / 1e9;
-    let name = |pid: u32| {
-        m.proc_info(pid)
-            .map(|p| p.comm.clone())
-            .filter(|c| !c.is_empty())
-            .unwrap_or_else(|| "?".into())
-    };
+    let name = |pid: u32| name_of(m, pid);
     let servers = m.servers.interval(name);
     if !servers.is_empty() {
         writeln!(
@@ -107,6 +102,14 @@ fn write_servers_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Res
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// A process's name as the lines show it: `?` when unknown.
+fn name_of(m: &Model, pid: u32) -> String {
+    m.proc_info(pid)
+        .map(|p| p.comm.clone())
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "?".into())
+}
+
 /// Processes listed on the waiting and disk lines.
 const WAIT_TOP: usize = 5;
 
@@ -115,12 +118,7 @@ const WAIT_TOP: usize = 5;
 fn write_wait_text(out: &mut impl Write, m: &Model) -> std::io::Result<()> {
     let Some(b) = m.latest() else { return Ok(()) };
     let secs = b.interval_ns().max(1) as f64 / 1e9;
-    let name = |pid: u32| {
-        m.proc_info(pid)
-            .map(|p| p.comm.clone())
-            .filter(|c| !c.is_empty())
-            .unwrap_or_else(|| "?".into())
-    };
+    let name = |pid: u32| name_of(m, pid);
     let waiting: Vec<String> = m
         .wait
         .top_wait(WAIT_TOP)
@@ -162,12 +160,7 @@ fn write_mem_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         "{:>7} {:>10} {:>10} {:>11}  COMMAND (memory: {} processes, {} rss_stat events, {} evictions)",
         "PID", "RES(MiB)", "DELTA(MiB)", "GROW(MiB/s)", st.tracked, st.events, st.evictions
     )?;
-    let name = |pid: u32| {
-        m.proc_info(pid)
-            .map(|p| p.comm.clone())
-            .filter(|c| !c.is_empty())
-            .unwrap_or_else(|| "?".into())
-    };
+    let name = |pid: u32| name_of(m, pid);
     for e in m.mem.sketch.top_rss(k) {
         writeln!(
             out,
