@@ -30,9 +30,11 @@ impl Drop for Kill {
     }
 }
 
-/// Start `prog` with `args` in the background, its output discarded, killed when dropped.
-fn spawn(prog: &str, args: &[&str]) -> Result<Kill> {
+/// Start `prog` with `args` in the background (in `dir`), its output discarded, killed when
+/// dropped.
+fn spawn_in(dir: &Path, prog: &str, args: &[&str]) -> Result<Kill> {
     let c = Command::new(prog)
+        .current_dir(dir)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -57,10 +59,10 @@ fn servers(dir: &Path) -> Result<Vec<Kill>> {
             d = dir.display()
         ),
     )?;
-    let conf = conf.display().to_string();
     let d = dir.display().to_string();
     let mut v = vec![
-        spawn(
+        spawn_in(
+            dir,
             "redis-server",
             &[
                 "--port",
@@ -73,10 +75,12 @@ fn servers(dir: &Path) -> Result<Vec<Kill>> {
                 &d,
             ],
         )?,
-        spawn("nginx", &["-c", &conf, "-p", &d])?,
+        // Relative paths, so its command line on screen names no directory of this machine.
+        spawn_in(dir, "nginx", &["-p", "./", "-c", "nginx.conf"])?,
     ];
     std::thread::sleep(Duration::from_millis(500));
-    v.push(spawn(
+    v.push(spawn_in(
+        dir,
         "redis-benchmark",
         &[
             "-p",
@@ -90,7 +94,8 @@ fn servers(dir: &Path) -> Result<Vec<Kill>> {
             "get,set",
         ],
     )?);
-    v.push(spawn(
+    v.push(spawn_in(
+        dir,
         "wrk",
         &["-t1", "-c16", "-d600s", "http://127.0.0.1:18089/"],
     )?);
