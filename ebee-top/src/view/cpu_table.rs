@@ -88,6 +88,24 @@ pub(super) fn bytes(b: u64) -> String {
     }
 }
 
+/// A row's flag column (`P` pinned, `X` exited) and its style, for every process table.
+pub(super) fn row_mark(t: &Theme, pinned: bool, exited: bool) -> (&'static str, Style) {
+    let flag = match (pinned, exited) {
+        (true, true) => "PX",
+        (true, false) => "P ",
+        (false, true) => " X",
+        _ => "  ",
+    };
+    let style = if exited {
+        t.colors.exited()
+    } else if pinned {
+        t.colors.pinned()
+    } else {
+        Style::default()
+    };
+    (flag, style)
+}
+
 /// The command line with argv\[0\]'s directory dropped, for narrow screens.
 fn short_command(cmd: &str) -> String {
     if cmd.starts_with('[') {
@@ -125,12 +143,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         .into_iter()
         .map(|e| {
             let pinned = m.table.is_pinned(&e.key) || e.kernel_pinned;
-            let flag = match (pinned, e.exited()) {
-                (true, true) => "PX",
-                (true, false) => "P ",
-                (false, true) => " X",
-                _ => "  ",
-            };
+            let (flag, style) = row_mark(t, pinned, e.exited());
             let user = match e.uid {
                 Some(u) => app.users.get(&u).cloned().unwrap_or_else(|| u.to_string()),
                 None => "?".into(),
@@ -145,13 +158,6 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 cmd = short_command(&cmd);
             }
             let cmd = format!("{mark}{cmd}");
-            let style = if e.exited() {
-                c.exited()
-            } else if pinned {
-                c.pinned()
-            } else {
-                Style::default()
-            };
             let mut cells = vec![
                 Cell::from(flag),
                 Cell::from(format!("{:>7}", e.key.pid)),

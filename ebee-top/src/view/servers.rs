@@ -6,14 +6,13 @@
 use ratatui::{
     Frame,
     layout::{Constraint, Rect},
-    style::Style,
     text::{Line, Span},
     widgets::{Block, Borders, Cell, Row, Table, TableState},
 };
 
 use crate::app::App;
 use crate::model::servers::{ServerSort, ServerView};
-use crate::view::cpu_table::rate;
+use crate::view::cpu_table::{rate, row_mark};
 use crate::view::theme::{Theme, border_set, sparkline};
 
 /// Rows of the pane under the process table (title and header included).
@@ -52,19 +51,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, full: bool) {
         .map(|s| {
             let key = m.table.by_pid(s.pid).map(|e| e.key);
             let pinned = key.is_some_and(|k| m.table.is_pinned(&k));
-            let flag = match (pinned, s.exited) {
-                (true, true) => "PX",
-                (true, false) => "P ",
-                (false, true) => " X",
-                _ => "  ",
-            };
-            let style = if s.exited {
-                c.exited()
-            } else if pinned {
-                c.pinned()
-            } else {
-                Style::default()
-            };
+            let (flag, style) = row_mark(t, pinned, s.exited);
             let mut cells = vec![
                 Cell::from(flag),
                 Cell::from(format!("{:>7}", s.pid)),
