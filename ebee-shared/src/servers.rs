@@ -43,8 +43,9 @@ pub const SLOT_INDEX: u32 = 4_096;
 pub const CONN_ENTRIES: u32 = 65_536;
 /// Processes whose open server connections are counted at once.
 pub const CONN_COUNT_ENTRIES: u32 = 4_096;
-/// Words of the listening-port bitmap (one bit per TCP port).
-pub const PORT_WORDS: u32 = 65_536 / 64;
+/// Words of the listening-port bitmap (one bit per TCP port), the same shape as the pinned
+/// mode's.
+pub use crate::qos::PORT_WORDS;
 
 /// `SrvConn::flags`: a request was received and not yet answered.
 pub const CONN_IN_REQUEST: u32 = 1;
