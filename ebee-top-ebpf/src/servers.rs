@@ -230,10 +230,11 @@ unsafe fn try_sock_state(ctx: &BtfTracePointContext) -> Result<u32, i64> {
         let port = port as u32;
         let w = present(SRV_PORTS.get_ptr_mut((port >> 6) & (PORT_WORDS - 1)))?;
         let bit = 1u64 << (port & 63);
-        // Two tries of an atomic OR by compare-and-swap (a loop needs a constant bound
-        // anyway); a lost race leaves the bit to userspace's next refresh of the ports.
+        // An atomic OR by compare-and-swap, with a constant bound as the verifier wants: a try
+        // fails only when another listener's bit in the same word landed in between, so eight
+        // tries are more than two CPUs can ever need.
         let mut i = 0;
-        while i < 2 {
+        while i < 8 {
             // SAFETY: a valid array value.
             let cur = unsafe { core::ptr::read_volatile(w) };
             if cur & bit != 0 {
@@ -248,8 +249,8 @@ unsafe fn try_sock_state(ctx: &BtfTracePointContext) -> Result<u32, i64> {
         return Ok(0);
     }
     if new != TCP_CLOSE || old == TCP_LISTEN {
-        // A listener that closes keeps its bit until userspace's next refresh: another
-        // socket may listen on the same port (SO_REUSEPORT).
+        // A listener that closes keeps its bit: another socket may listen on the same port
+        // (SO_REUSEPORT), and a stale bit only matters to a client on that very port.
         return Ok(0);
     }
     let key = sk as u64;

@@ -188,7 +188,8 @@ impl Probes {
                 .filter(|e| e.kind == ebee_shared::lifecycle::EVENT_EXIT)
                 .map(|e| e.tgid)
                 .collect();
-            raw.servers = Some(s.drain(ebee_shared::ctl::parity(epoch) ^ 1, &exited)?);
+            let ipi = raw.handshake_timeouts > 0;
+            raw.servers = Some(s.drain(ebee_shared::ctl::parity(epoch) ^ 1, &exited, ipi)?);
         }
         // Pinned processes that ended: reported once more with their last numbers, then
         // dropped from the kernel's pin table.

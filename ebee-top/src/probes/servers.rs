@@ -2,8 +2,8 @@
 //! epoch and parity, so once the CPU drain has seen every CPU move past an interval (and no
 //! CPU is still inside a socket program run, the busy word) its sketches and histograms are
 //! quiescent: read them, merge across stages and CPUs, clear them. Then hand the histogram
-//! slots to the busiest servers, and mark every listening TCP port the kernel may not have
-//! seen open (the bitmap only grows: see `refresh_ports`).
+//! slots to the busiest servers. The listening ports are read from /proc once, at load (the
+//! kernel marks every later listener itself); nothing on the drain reads /proc.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -247,17 +247,18 @@ impl ServerMaps {
     }
 }
 
-/// How often the listening ports are read again from /proc (the kernel marks new listeners
-/// itself; this catches what it could not: a lost race, a listener in a namespace first seen).
-const PORT_REFRESH: Duration = Duration::from_secs(5);
+/// How long the open-connection counts read from the kernel are used before they are read
+/// again (a gauge shown per second: no need for a map read per server per interval).
+const CONNS_TTL: Duration = Duration::from_secs(1);
 
 /// Userspace state of the pipeline between drains.
 pub(super) struct ServerDrain {
     maps: ServerMaps,
     ncpus: usize,
     slots: HistSlots,
-    ports: [u64; PORT_WORDS as usize],
-    ports_read: Option<Instant>,
+    /// Open connections per server as last read, and when.
+    conns: HashMap<u32, u64>,
+    conns_read: Option<Instant>,
 }
 
 impl ServerDrain {
@@ -266,29 +267,28 @@ impl ServerDrain {
             maps,
             ncpus,
             slots: HistSlots::default(),
-            ports: [0; PORT_WORDS as usize],
-            ports_read: None,
+            conns: HashMap::new(),
+            conns_read: None,
         };
-        d.refresh_ports()?;
+        d.seed_ports()?;
         Ok(d)
     }
 
-    /// Mark every TCP port something listens on, in every network namespace. Bits are never
-    /// cleared: a port that stops being listened on stays marked (only a client whose own
-    /// local port is that number would then be taken for a server).
-    fn refresh_ports(&mut self) -> Result<(), ProbeError> {
-        self.ports_read = Some(Instant::now());
+    /// Mark every TCP port something listens on now, in every network namespace; from here
+    /// on `sock_state` marks each new listener itself. Bits are never cleared: a port that
+    /// stops being listened on stays marked (only a client whose own local port is that
+    /// number would then be taken for a server).
+    fn seed_ports(&mut self) -> Result<(), ProbeError> {
+        let mut words = [0u64; PORT_WORDS as usize];
         for port in crate::os::ports::all_listening_tcp_ports() {
-            let (w, bit) = (usize::from(port >> 6), 1u64 << (port & 63));
-            if self.ports[w] & bit != 0 {
-                continue;
-            }
-            // Read the word first: the kernel may have set bits of its own in it.
+            words[usize::from(port >> 6)] |= 1u64 << (port & 63);
+        }
+        for (w, bits) in words.iter().enumerate().filter(|(_, b)| **b != 0) {
+            // Or in what the kernel may have set since the programs were attached.
             let cur = self.maps.ports.get(&(w as u32), 0).unwrap_or(0);
-            self.ports[w] = cur | self.ports[w] | bit;
             self.maps
                 .ports
-                .set(w as u32, self.ports[w], 0)
+                .set(w as u32, cur | bits, 0)
                 .map_err(classify("writing SRV_PORTS"))?;
         }
         Ok(())
@@ -312,14 +312,18 @@ impl ServerDrain {
     }
 
     /// Read and clear the interval of parity `old_parity` (after the CPU drain has seen every
-    /// CPU move past it); `exited` are the processes that ended in it.
+    /// CPU move past it); `exited` are the processes that ended in it; `ipi_moved`, some CPU
+    /// was moved to the next interval by IPI (and may have been inside a socket program).
     pub(super) fn drain(
         &mut self,
         old_parity: u32,
         exited: &HashSet<u32>,
+        ipi_moved: bool,
     ) -> Result<ServersRaw, ProbeError> {
         let p = old_parity & 1;
-        self.quiesce()?;
+        if ipi_moved {
+            self.quiesce()?;
+        }
         let m = &mut self.maps;
         let srv: Vec<SrvSketch> = m
             .srv
@@ -362,9 +366,22 @@ impl ServerDrain {
             raw.net_updates += s.updates;
         }
         // Histograms of the slots in use: attributed to their owner unless the slot changed
-        // hands while the interval was open.
+        // hands while the interval was open. A slot holds latencies only of requests the
+        // sketch counted, so an owner with no row has an empty one (unless the sketch evicted
+        // it: then every slot is read).
         let mut hists: HashMap<u32, Vec<u32>> = HashMap::new();
-        let used: Vec<usize> = self.slots.used().collect();
+        let answered: HashSet<u32> = raw.servers.iter().map(|s| s.tgid).collect();
+        let used: Vec<usize> = self
+            .slots
+            .used()
+            .filter(|&s| {
+                raw.evictions > 0
+                    || self
+                        .slots
+                        .owner_for_read(s)
+                        .is_none_or(|t| answered.contains(&t))
+            })
+            .collect();
         for slot in used {
             let idx = p * HIST_SLOTS as u32 + slot as u32;
             let per_cpu = m.hist.get(&idx, 0).map_err(classify("reading SRV_HIST"))?;
@@ -394,16 +411,28 @@ impl ServerDrain {
                 }
             }
         }
+        if self.conns_read.is_none_or(|t| t.elapsed() >= CONNS_TTL) {
+            self.conns.clear();
+            self.conns_read = Some(Instant::now());
+        }
         for s in &mut raw.servers {
             s.hist = hists.remove(&s.tgid);
-            s.conns = match m.conn_count.get(&s.tgid, 0) {
-                Ok(n) => Some(n.max(0) as u64),
-                Err(_) => None,
+            s.conns = match self.conns.get(&s.tgid) {
+                Some(&n) => Some(n),
+                None => match m.conn_count.get(&s.tgid, 0) {
+                    Ok(n) => {
+                        let n = n.max(0) as u64;
+                        self.conns.insert(s.tgid, n);
+                        Some(n)
+                    }
+                    Err(_) => None,
+                },
             };
         }
         // Counts of processes that ended are theirs no more.
         for t in exited {
             let _ = m.conn_count.remove(t);
+            self.conns.remove(t);
         }
         let counts: Vec<(u32, u64)> = raw.servers.iter().map(|s| (s.tgid, s.requests)).collect();
         for c in self.slots.update(&counts, exited) {
@@ -417,9 +446,6 @@ impl ServerDrain {
                     .set(tgid & (SLOT_INDEX - 1), 0, 0)
                     .map_err(classify("writing SRV_SLOT_OF"))?,
             }
-        }
-        if self.ports_read.is_none_or(|t| t.elapsed() >= PORT_REFRESH) {
-            self.refresh_ports()?;
         }
         Ok(raw)
     }
