@@ -70,6 +70,8 @@ struct Track {
     exited_ns: Option<u64>,
     conns: Option<u64>,
     p99: VecDeque<Option<u64>>,
+    /// The window's histograms merged, as of the last Batch (the pane reads it every frame).
+    window_hist: Vec<(u16, u32)>,
 }
 
 /// One server as the pane shows it (over the last second).
@@ -182,8 +184,8 @@ impl ServersModel {
                     merge(&mut h, sh);
                 }
             }
-            let h: Vec<(u16, u32)> = h.into_iter().collect();
-            t.p99.push_back(percentile(&h, 0.99));
+            t.window_hist = h.into_iter().collect();
+            t.p99.push_back(percentile(&t.window_hist, 0.99));
             while t.p99.len() > P99_HISTORY {
                 t.p99.pop_front();
             }
@@ -236,13 +238,7 @@ impl ServersModel {
                 let span = self.window_ns(t.first_ns) as f64 / 1e9;
                 let requests: u64 = t.samples.iter().map(|s| s.requests).sum();
                 let latency: u64 = t.samples.iter().map(|s| s.latency_ns).sum();
-                let mut h = HashMap::new();
-                for s in &t.samples {
-                    if let Some(sh) = &s.hist {
-                        merge(&mut h, sh);
-                    }
-                }
-                let h: Vec<(u16, u32)> = h.into_iter().collect();
+                let h = &t.window_hist;
                 let (rx, tx) = self.net_rate(pid).unwrap_or_default();
                 ServerView {
                     pid,
@@ -250,9 +246,9 @@ impl ServersModel {
                     rps: requests as f64 / span,
                     requests,
                     in_hist: h.iter().map(|&(_, c)| u64::from(c)).sum(),
-                    p50_ns: percentile(&h, 0.5),
-                    p99_ns: percentile(&h, 0.99),
-                    p999_ns: percentile(&h, 0.999),
+                    p50_ns: percentile(h, 0.5),
+                    p99_ns: percentile(h, 0.99),
+                    p999_ns: percentile(h, 0.999),
                     max_ns: t.samples.iter().map(|s| s.max_ns).max().filter(|&m| m > 0),
                     mean_ns: (requests > 0).then(|| latency / requests),
                     conns: t.conns,
