@@ -21,6 +21,9 @@ use crate::hashpipe;
 pub const CPU_STAGES: usize = 4;
 /// Slots per stage (a power of two).
 pub const CPU_SLOTS: usize = 128;
+/// Slots per stage of the thread sketch (same stages and update code, keyed by thread id;
+/// only written while the per-thread mode is on, see `ctl::Ctl::threads`).
+pub const THREAD_SLOTS: usize = 128;
 /// Burst bins per interval (four 16-bit lanes in each of two `u64`).
 pub const BURST_BINS: usize = 8;
 /// The narrowest burst bin: 10 ms.
@@ -30,14 +33,17 @@ pub const SHADOW_ENTRIES: u32 = 16_384;
 /// Bytes of the update trace ring buffer (tests and benchmarks only).
 pub const TRACE_BYTES: u32 = 1 << 22;
 
-/// One slot of the CPU sketch: a process and its on-CPU time in this interval on this CPU.
+/// One slot of the CPU sketch: a process (or, in the thread sketch, a thread) and its on-CPU
+/// time in this interval on this CPU.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuSlot {
-    /// Process id (tgid); 0 marks an empty slot.
+    /// The key: process id (tgid) in the process sketch, thread id in the thread sketch; 0
+    /// marks an empty slot.
     pub tgid: u32,
-    /// Reserved, always 0 (keeps `ns` 8-byte aligned without implicit padding).
-    pub flags: u32,
+    /// In the process sketch, the cgroup key (`crate::cgroup`) the process's threads had at
+    /// their last charge here (0: cgroups off); in the thread sketch, the thread's process id.
+    pub aux: u32,
     /// On-CPU nanoseconds.
     pub ns: u64,
     /// Burst bins: eight 16-bit lanes (bin `i` is lane `i % 4` of word `i / 4`), each the
@@ -57,6 +63,7 @@ impl hashpipe::Slot for CpuSlot {
     #[inline(always)]
     fn merge(&mut self, other: &Self) {
         self.ns += other.ns;
+        self.aux = other.aux;
         // Lane-wise add without carries between lanes: a lane holds at most one bin width of
         // one CPU's time, which `BinCfg` keeps below 2^15 units, so two lanes never overflow.
         self.bins[0] += other.bins[0];
@@ -64,11 +71,12 @@ impl hashpipe::Slot for CpuSlot {
     }
 }
 
-/// One interval's sketch on one CPU (a `PerCpuArray` value; index = interval parity).
+/// One interval's sketch on one CPU (a `PerCpuArray` value; index = interval parity), with `W`
+/// slots per stage: [`CpuSketch`] by process, [`ThreadSketch`] by thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct CpuSketch {
-    pub stages: [[CpuSlot; CPU_SLOTS]; CPU_STAGES],
+pub struct SketchOf<const W: usize> {
+    pub stages: [[CpuSlot; W]; CPU_STAGES],
     /// Nanoseconds carried out of the last stage and lost.
     pub evicted_ns: u64,
     /// Entries carried out of the last stage.
@@ -79,10 +87,15 @@ pub struct CpuSketch {
     pub shadow_full: u64,
 }
 
-impl Default for CpuSketch {
+/// The process sketch.
+pub type CpuSketch = SketchOf<CPU_SLOTS>;
+/// The thread sketch.
+pub type ThreadSketch = SketchOf<THREAD_SLOTS>;
+
+impl<const W: usize> Default for SketchOf<W> {
     fn default() -> Self {
         Self {
-            stages: [[CpuSlot::default(); CPU_SLOTS]; CPU_STAGES],
+            stages: [[CpuSlot::default(); W]; CPU_STAGES],
             evicted_ns: 0,
             evictions: 0,
             updates: 0,
@@ -91,7 +104,7 @@ impl Default for CpuSketch {
     }
 }
 
-impl CpuSketch {
+impl<const W: usize> SketchOf<W> {
     /// Insert one charge; count what falls out of the last stage.
     #[inline(always)]
     pub fn add(&mut self, slot: CpuSlot) {
@@ -248,6 +261,7 @@ mod tests {
         );
         // A per-CPU map value may not exceed 32 KiB.
         assert!(core::mem::size_of::<CpuSketch>() <= 32 * 1024);
+        assert!(core::mem::size_of::<ThreadSketch>() <= 32 * 1024);
     }
 
     #[test]

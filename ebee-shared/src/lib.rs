@@ -5,6 +5,7 @@
 //! calls it on every context switch and userspace calls the very same code to replay traces.
 #![cfg_attr(not(test), no_std)]
 
+pub mod cgroup;
 pub mod cpu;
 pub mod hashpipe;
 pub mod lifecycle;
@@ -23,9 +24,13 @@ mod pod {
             unsafe impl aya::Pod for $t {}
         )*};
     }
+    // SAFETY: as above, for every width.
+    unsafe impl<const W: usize> aya::Pod for crate::cpu::SketchOf<W> {}
     pod!(
         crate::cpu::CpuSlot,
-        crate::cpu::CpuSketch,
+        crate::cgroup::CgSlot,
+        crate::cgroup::CgSketch,
+        crate::cgroup::CgOffsets,
         crate::cpu::CpuState,
         crate::cpu::CpuTrace,
         crate::ctl::Ctl,
@@ -71,6 +76,12 @@ pub mod map_names {
     pub const CPU_SHADOW0: &str = "CPU_SHADOW0";
     pub const CPU_SHADOW1: &str = "CPU_SHADOW1";
     pub const CPU_TRACE: &str = "CPU_TRACE";
+    pub const THREAD_SKETCH: &str = "THREAD_SKETCH";
+    pub const THREAD_SHADOW0: &str = "THREAD_SHADOW0";
+    pub const THREAD_SHADOW1: &str = "THREAD_SHADOW1";
+    pub const CG_SKETCH: &str = "CG_SKETCH";
+    pub const CG_SHADOW0: &str = "CG_SHADOW0";
+    pub const CG_SHADOW1: &str = "CG_SHADOW1";
     pub const LIFECYCLE: &str = "LIFECYCLE";
     pub const DROPS: &str = "DROPS";
     pub const QOS_PINS: &str = "QOS_PINS";
@@ -158,6 +169,10 @@ pub mod global_names {
     /// `u32`: byte offset of `tgid` in `struct task_struct`, read from the kernel's BTF.
     pub const TASK_TGID_OFF: &str = "TASK_TGID_OFF";
     pub const TASK_EXEC_START_OFF: &str = "TASK_EXEC_START_OFF";
+    /// `u32`: byte offset of `pid` (the thread id) in `struct task_struct`.
+    pub const TASK_PID_OFF: &str = "TASK_PID_OFF";
+    /// [`crate::cgroup::CgOffsets`]: the task -> cgroup key load chain.
+    pub const CG_OFFSETS: &str = "CG_OFFSETS";
     /// `u32`: 1 when the kernel's `sched_process_exit` tracepoint passes `group_dead`.
     pub const EXIT_HAS_GROUP_DEAD: &str = "EXIT_HAS_GROUP_DEAD";
     /// [`crate::qos::Offsets`]: kernel struct offsets for the request model, from BTF.
@@ -188,6 +203,10 @@ pub mod ctl {
         pub bin_recip: u64,
         /// Burst lane unit shift, see [`crate::cpu::BinCfg`].
         pub bin_unit_shift: u64,
+        /// Non-zero while the per-thread mode is on: `sched_switch` also charges each slice to
+        /// its thread in the thread sketch. Written by userspace; read with the epoch, in the
+        /// same cache line, so off costs one compare.
+        pub threads: u64,
     }
 
     /// Parity (which of the two interval buffers is being written) of an epoch word.

@@ -17,7 +17,7 @@ use ebee_shared::{
 
 use crate::maps::{
     CPU_SHADOW0, CPU_SHADOW1, CPU_SKETCH, CPU_STATE, CPU_TRACE, CTL, SHADOW_ON,
-    TASK_EXEC_START_OFF, TASK_TGID_OFF, TRACE_ON, count_drop, global,
+    TASK_EXEC_START_OFF, TASK_PID_OFF, TASK_TGID_OFF, TRACE_ON, count_drop, global,
 };
 use crate::{atomic_fetch_add, present};
 
@@ -63,14 +63,34 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
     let now = if a > b { a } else { b };
     let start = s.last_ts;
     s.last_ts = now;
-    if prev_tgid != 0 && start != 0 && now > start {
-        charge_or_count(s, prev_tgid, start, now);
-    }
     if prev_tgid != 0 {
-        // Before the interval may close below: the outgoing thread's waits and I/O go to the
-        // interval its on-CPU time went to.
         // SAFETY: `prev` is the sched_switch prev task.
-        if unsafe { crate::wait::switch_out_of(s, prev, prev_tgid) }.is_err() {
+        let cg = unsafe { crate::cgroup::key_of(prev) };
+        // SAFETY: a valid map value, the word beside the epoch.
+        let tid = if unsafe { core::ptr::read_volatile(&raw const (*c).threads) } != 0 {
+            // SAFETY: `prev` is the outgoing task_struct; the offset comes from its BTF.
+            unsafe {
+                core::ptr::read_volatile(prev.add(global(&TASK_PID_OFF) as usize) as *const u32)
+            }
+        } else {
+            0
+        };
+        let mut cpu_ns = 0;
+        if start != 0 && now > start {
+            cpu_ns = now - start;
+            charge_or_count(s, prev_tgid, cg, tid, start, now);
+        }
+        // Before the interval may close below: the outgoing thread's waits and I/O (and its
+        // cgroup's share) go to the interval its on-CPU time went to.
+        // SAFETY: `prev` is the sched_switch prev task.
+        let wait_ns = match unsafe { crate::wait::switch_out_of(s, prev, prev_tgid) } {
+            Ok(w) => w,
+            Err(_) => {
+                count_drop(ebee_shared::drops::PROG_ERRORS);
+                0
+            }
+        };
+        if crate::cgroup::charge(s, cg, cpu_ns, wait_ns).is_err() {
             count_drop(ebee_shared::drops::PROG_ERRORS);
         }
     }
@@ -103,8 +123,8 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
 /// did. The one failure that does not end its run (and, measured, a `?` here also made the
 /// common switch paths longer).
 #[inline(always)]
-fn charge_or_count(s: &CpuState, tgid: u32, start: u64, end: u64) {
-    if charge(s, tgid, start, end).is_err() {
+fn charge_or_count(s: &CpuState, tgid: u32, cgroup: u32, tid: u32, start: u64, end: u64) {
+    if charge(s, tgid, cgroup, tid, start, end).is_err() {
         #[allow(
             clippy::incompatible_msrv,
             reason = "the eBPF crate builds with nightly only"
@@ -114,12 +134,14 @@ fn charge_or_count(s: &CpuState, tgid: u32, start: u64, end: u64) {
     }
 }
 
-/// Charge the slice `[start, end)` of process `tgid` to the interval `s` is writing.
+/// Charge the slice `[start, end)` of process `tgid` (in cgroup `cgroup`) to the interval `s`
+/// is writing, and to thread `tid` in the thread sketch when `tid` is not 0 (the per-thread
+/// mode is on).
 #[inline(always)]
-fn charge(s: &CpuState, tgid: u32, start: u64, end: u64) -> Result<(), i64> {
+fn charge(s: &CpuState, tgid: u32, cgroup: u32, tid: u32, start: u64, end: u64) -> Result<(), i64> {
     let slot = CpuSlot {
         tgid,
-        flags: 0,
+        aux: cgroup,
         ns: end - start,
         bins: s.bins.bins_of(
             start.saturating_sub(s.flip_ts),
@@ -132,6 +154,9 @@ fn charge(s: &CpuState, tgid: u32, start: u64, end: u64) -> Result<(), i64> {
     // is open, and userspace reads it only after every CPU's `cpu_flip` has returned.
     let sk = unsafe { &mut *sk };
     sk.add(slot);
+    if tid != 0 {
+        crate::cgroup::charge_thread(s, &slot, tid)?;
+    }
     if global(&SHADOW_ON) != 0 {
         let shadow = if parity & 1 == 0 {
             &CPU_SHADOW0
@@ -189,20 +214,28 @@ fn try_cpu_flip(ctx: &RawTracePointContext) -> Result<u32, i64> {
     if s.epoch == epoch {
         return Ok(0);
     }
-    // SAFETY: plain helper calls.
-    let (cur, task) = unsafe {
+    let c = present(CTL.get_ptr(0))?;
+    // SAFETY: plain helper calls, and a valid map value.
+    let (pid_tgid, task, threads) = unsafe {
         (
-            (bpf_get_current_pid_tgid() >> 32) as u32,
+            bpf_get_current_pid_tgid(),
             bpf_get_current_task(),
+            core::ptr::read_volatile(&raw const (*c).threads),
         )
     };
+    let cur = (pid_tgid >> 32) as u32;
     if cur != 0 && task != 0 {
         let at = task + global(&TASK_EXEC_START_OFF) as u64;
         // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
         if let Ok(upto) = unsafe { bpf_probe_read_kernel(at as *const u64) } {
             let start = s.last_ts;
             if start != 0 && upto > start {
-                charge_or_count(s, cur, start, upto);
+                let cg = crate::cgroup::key_of_addr(task);
+                let tid = if threads != 0 { pid_tgid as u32 } else { 0 };
+                charge_or_count(s, cur, cg, tid, start, upto);
+                if crate::cgroup::charge(s, cg, upto - start, 0).is_err() {
+                    count_drop(ebee_shared::drops::PROG_ERRORS);
+                }
                 s.last_ts = upto;
             }
         }

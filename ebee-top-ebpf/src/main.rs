@@ -9,6 +9,7 @@
 
 mod atomic;
 mod bench;
+mod cgroup;
 mod cpu;
 mod lifecycle;
 mod maps;

@@ -5,7 +5,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use ebee_shared::{
-    cpu::{CpuSketch, CpuState, SHADOW_ENTRIES, TRACE_BYTES},
+    cgroup::{CG_SHADOW_ENTRIES, CgOffsets, CgSketch},
+    cpu::{CpuSketch, CpuState, SHADOW_ENTRIES, TRACE_BYTES, ThreadSketch},
     ctl::Ctl,
     lifecycle::LIFECYCLE_BYTES,
 };
@@ -30,6 +31,30 @@ pub static CPU_SHADOW0: PerCpuHashMap<u32, u64> =
 #[map]
 pub static CPU_SHADOW1: PerCpuHashMap<u32, u64> =
     PerCpuHashMap::with_max_entries(SHADOW_ENTRIES, 0);
+
+/// Per-CPU thread sketches (the per-thread mode), one per interval parity.
+#[map]
+pub static THREAD_SKETCH: PerCpuArray<ThreadSketch> = PerCpuArray::with_max_entries(2, 0);
+
+/// Exact per-thread on-CPU ns (tests; shrunk to one entry by the loader when not wanted).
+#[map]
+pub static THREAD_SHADOW0: PerCpuHashMap<u32, u64> =
+    PerCpuHashMap::with_max_entries(SHADOW_ENTRIES, 0);
+#[map]
+pub static THREAD_SHADOW1: PerCpuHashMap<u32, u64> =
+    PerCpuHashMap::with_max_entries(SHADOW_ENTRIES, 0);
+
+/// Per-CPU cgroup sketches, one per interval parity.
+#[map]
+pub static CG_SKETCH: PerCpuArray<CgSketch> = PerCpuArray::with_max_entries(2, 0);
+
+/// Exact per-cgroup [on-CPU ns, wait ns] (tests; shrunk when not wanted).
+#[map]
+pub static CG_SHADOW0: PerCpuHashMap<u32, [u64; 2]> =
+    PerCpuHashMap::with_max_entries(CG_SHADOW_ENTRIES, 0);
+#[map]
+pub static CG_SHADOW1: PerCpuHashMap<u32, [u64; 2]> =
+    PerCpuHashMap::with_max_entries(CG_SHADOW_ENTRIES, 0);
 
 /// Every sketch update, in order per CPU (tests and benchmarks; shrunk when not wanted).
 #[map]
@@ -68,6 +93,19 @@ pub static TASK_TGID_OFF: u32 = 0;
 pub static TASK_EXEC_START_OFF: u32 = 0;
 #[unsafe(no_mangle)]
 pub static EXIT_HAS_GROUP_DEAD: u32 = 0;
+/// Offset of `pid` (the thread id) in `task_struct`.
+#[unsafe(no_mangle)]
+pub static TASK_PID_OFF: u32 = 0;
+/// The task -> cgroup key load chain (`on` 0: cgroups off).
+#[unsafe(no_mangle)]
+pub static CG_OFFSETS: CgOffsets = CgOffsets {
+    task_cgroups: 0,
+    css: 0,
+    css_cgroup: 0,
+    cgroup_kn: 0,
+    kn_id: 0,
+    on: 0,
+};
 
 /// Read a load-time global.
 #[inline(always)]

@@ -24,15 +24,15 @@ fn offsets() -> WaitOffsets {
 }
 
 /// Charge the outgoing thread `prev` (of process `tgid`, not the idle task) in the interval `s`
-/// is writing.
+/// is writing. Returns the run-queue wait charged (for its cgroup), 0 when none.
 ///
 /// # Safety
 /// `prev` must be the sched_switch tp_btf `prev` task pointer.
 #[inline(always)]
-pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<(), i64> {
+pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<u64, i64> {
     let o = offsets();
     if o.wait_valid == 0 && o.io_valid == 0 {
-        return Ok(());
+        return Ok(0);
     }
     // Direct loads through the BTF-typed task pointer at .rodata offsets (checked by the
     // verifier against task_struct); a half that is off reads nothing.
@@ -69,7 +69,7 @@ pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<
             // interval is open (see `try_sched_switch`).
             unsafe { (*sk).thread_misses += 1 };
         }
-        return Ok(());
+        return Ok(0);
     };
     if o.wait_valid != 0
         && let Some((slot, _)) = crate::qos::pinned(tgid)?
@@ -138,5 +138,5 @@ pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<
             }
         }
     }
-    Ok(())
+    Ok(d.wait_ns)
 }

@@ -34,6 +34,21 @@ pub enum ColorArg {
     Truecolor,
 }
 
+/// Which cgroup hierarchy to follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum CgroupsArg {
+    /// cgroup v2 when it is the only hierarchy; on a v1 or hybrid machine the cpuacct (or
+    /// cpu) controller's v1 hierarchy.
+    #[default]
+    Auto,
+    /// The v1 hierarchy of the cpuacct (or cpu) controller.
+    V1,
+    /// The unified (v2) hierarchy, also when mounted beside v1 (hybrid).
+    V2,
+    /// No cgroups: no CGROUP column, no cgroups view, nothing read per switch.
+    Off,
+}
+
 /// Screen options shared by the live screen and replay.
 #[derive(Clone, Copy, Debug, Args)]
 pub struct ScreenArgs {
@@ -88,6 +103,15 @@ pub struct Cli {
     /// bytes, and socket I/O pays nothing.
     #[arg(long)]
     pub no_servers: bool,
+
+    /// The cgroup hierarchy processes are grouped by (the CGROUP column, the cgroups view).
+    #[arg(long, value_enum, default_value_t = CgroupsArg::Auto, value_name = "WHICH")]
+    pub cgroups: CgroupsArg,
+
+    /// Threads instead of processes: one row per thread (TID, the thread's name, its
+    /// process), like top -H. `H` switches on the screen.
+    #[arg(short = 'H', long)]
+    pub threads: bool,
 
     /// Pin processes for syscall and request QoS (at most 8): per-syscall latency histograms,
     /// and for servers requests per second and latency percentiles.

@@ -3,6 +3,7 @@
 //! [`plausible`], an interval with a bit of everything the recording and replay tests need.
 //! Never used on a live path: live Batches come from the kernel, replayed ones from a file.
 
+use super::cgroup::{CgroupRow, ThreadRow};
 use super::qos::{QosSample, RequestSample, SyscallSample};
 use super::servers::{NetRow, ServerRow, ServersStats};
 use super::wait::{IoRow, WaitRow, WaitStats};
@@ -97,6 +98,34 @@ impl BatchBuilder {
         self
     }
 
+    /// One cgroup's interval (rows in the order given, heaviest first); cgroups are then
+    /// marked available, following cgroup v2.
+    pub fn cgroup(mut self, id: u64, path: &str, cpu_ns: u64, wait_ns: u64) -> Self {
+        self.0.cgroups.push(CgroupRow {
+            id,
+            path: path.to_owned(),
+            cpu_ns,
+            wait_ns,
+            rss_bytes: None,
+        });
+        self.0.cgroup_stats.available = true;
+        self.0.cgroup_stats.hierarchy = "v2".into();
+        self
+    }
+
+    /// One thread's on-CPU time (the per-thread mode is then on for the interval).
+    pub fn thread(mut self, tid: u32, pid: u32, comm: &str, ns: u64, bins: &[u64]) -> Self {
+        self.0.threads.get_or_insert_with(Vec::new).push(ThreadRow {
+            tid,
+            pid,
+            comm: comm.to_owned(),
+            ns,
+            bins: bins.to_vec(),
+        });
+        self.0.cgroup_stats.threads = true;
+        self
+    }
+
     /// Anything else, by hand.
     pub fn with(mut self, f: impl FnOnce(&mut Batch)) -> Self {
         f(&mut self.0);
@@ -155,6 +184,8 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
                 cmdline: format!("/usr/bin/worker --id {i} --config /etc/worker.toml"),
                 uid: Some(1000),
                 kthread: false,
+                cgroup: format!("/system.slice/worker-{}.service", i % 3),
+                tgid: None,
             })
             .mem(pid, u64::from(n - i) << 20, delta);
     }
@@ -204,6 +235,18 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
             requests: 400 + seq,
             ..Default::default()
         };
+        b.cgroups = (0..3)
+            .map(|u| CgroupRow {
+                id: 4000 + u,
+                path: format!("/system.slice/worker-{u}.service"),
+                cpu_ns: (3 - u) * 9_000_000 + seq,
+                wait_ns: u * 1_000_000,
+                rss_bytes: Some((64 + u) << 20),
+            })
+            .collect();
+        b.cgroup_stats.available = true;
+        b.cgroup_stats.hierarchy = "v2".into();
+        b.cgroup_stats.updates = 700 + seq;
     })
     .done()
 }

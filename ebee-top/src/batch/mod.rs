@@ -3,6 +3,7 @@
 //! other one shares: plain data, no I/O, nothing below it.
 
 pub mod build;
+pub mod cgroup;
 pub mod qos;
 pub mod servers;
 pub mod syscalls;
@@ -73,6 +74,13 @@ pub struct ProcInfo {
     pub uid: Option<u32>,
     /// True for kernel threads.
     pub kthread: bool,
+    /// Its cgroup in the followed hierarchy (see `Batch::cgroup_stats`), from the kernel's key
+    /// at its last context switch, else /proc/PID/cgroup; empty when unknown or cgroups are off.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cgroup: String,
+    /// For a thread's row in the thread table (never in a Batch): its process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tgid: Option<u32>,
 }
 
 /// A process that ended during the interval.
@@ -182,6 +190,19 @@ pub struct Batch {
     /// Socket bytes of every process the kernel charged, heaviest (rx + tx) first.
     pub net: Vec<servers::NetRow>,
     pub servers_stats: servers::ServersStats,
+    /// Cgroups the kernel charged, by CPU time, heaviest first.
+    pub cgroups: Vec<cgroup::CgroupRow>,
+    /// The exact shadow's (only with `--exact`).
+    pub cgroups_exact: Option<Vec<cgroup::CgroupRow>>,
+    /// Cgroups seen lately whose directory is gone (reported once, in the interval it was
+    /// noticed): their rows are marked removed and kept a few seconds.
+    pub cgroups_removed: Vec<u64>,
+    pub cgroup_stats: cgroup::CgroupStats,
+    /// In the per-thread mode, every thread the kernel charged, heaviest first (None when the
+    /// mode was off for any part of the interval).
+    pub threads: Option<Vec<cgroup::ThreadRow>>,
+    /// The exact shadow's (only with `--exact`; `pid` and `comm` as in `threads`).
+    pub threads_exact: Option<Vec<cgroup::ThreadRow>>,
 }
 
 /// Largest processes every Batch carries in `mem` even when their RSS did not change, so a

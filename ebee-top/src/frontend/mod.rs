@@ -36,6 +36,19 @@ pub fn probe_config(cli: &Cli) -> ProbeConfig {
         bpf_stats: !cli.no_bpf_stats,
         no_servers: cli.no_servers,
         stats_sampled: true,
+        cgroups: cgroups_want(cli.cgroups),
+    }
+}
+
+/// The hierarchy `--cgroups` asks for.
+pub fn cgroups_want(a: crate::cli::CgroupsArg) -> crate::os::cgroup::Want {
+    use crate::cli::CgroupsArg as A;
+    use crate::os::cgroup::Want;
+    match a {
+        A::Auto => Want::Auto,
+        A::V1 => Want::V1,
+        A::V2 => Want::V2,
+        A::Off => Want::Off,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The Model: a pure fold of Batches into what the screens and batch output show. No aya, no
 //! ratatui, no I/O, no clocks: everything it knows came in a Batch.
 
+pub mod cgroups;
 pub mod mem;
 pub mod procs;
 pub mod qos;
@@ -10,7 +11,8 @@ pub mod wait;
 
 use std::collections::HashMap;
 
-use crate::batch::{Batch, CpuRow, ProcInfo};
+use crate::batch::cgroup::ThreadRow;
+use crate::batch::{Batch, CpuRow, Exit, ProcInfo};
 
 /// How long (in intervals) an exited process stays in the ranking and the name table.
 pub const EXITED_KEEP_INTERVALS: u64 = 100;
@@ -42,6 +44,10 @@ pub struct CpuEntry {
     pub exited: bool,
     /// Its threads' run-queue wait in the last interval; None when the kernel gives none.
     pub wait_ns: Option<u64>,
+    /// Its cgroup path (empty: unknown, or cgroups off).
+    pub cgroup: String,
+    /// In a thread ranking, the thread (`pid` is then its process, `comm` the thread's name).
+    pub tid: Option<u32>,
 }
 
 #[derive(Clone, Default)]
@@ -63,6 +69,14 @@ pub struct Model {
     pub wait: wait::WaitModel,
     /// Servers found by the kernel and every process's network bytes.
     pub servers: servers::ServersModel,
+    /// Cgroups the kernel charged lately.
+    pub cgroups: cgroups::CgroupsModel,
+    /// The thread table (the per-thread mode): the process table's fold, keyed by thread id.
+    pub threads: procs::ProcTable,
+    /// The last Batch carried threads.
+    pub threads_on: bool,
+    /// tid -> its process, for the threads in `threads`.
+    thread_pid: HashMap<u32, u32>,
 }
 
 impl Model {
@@ -103,8 +117,112 @@ impl Model {
         self.qos.ingest(b);
         self.wait.ingest(b);
         self.servers.ingest(b);
+        self.cgroups.ingest(b);
         self.table.ingest(b);
+        self.ingest_threads(b);
         self.latest = Some(b.clone());
+    }
+
+    /// The thread table takes the Batch's threads as a process table takes processes: one
+    /// Batch of thread rows, each thread named by its own name, with its process's command
+    /// line, owner and cgroup; a process's exit ends its threads.
+    fn ingest_threads(&mut self, b: &Batch) {
+        self.threads_on = b.threads.is_some();
+        let Some(rows) = &b.threads else {
+            if !self.thread_pid.is_empty() {
+                self.threads = procs::ProcTable::new();
+                self.thread_pid.clear();
+            }
+            return;
+        };
+        let mut t = b.clone();
+        t.cpu = rows
+            .iter()
+            .map(|r| CpuRow {
+                pid: r.tid,
+                ns: r.ns,
+                bins: r.bins.clone(),
+            })
+            .collect();
+        t.procs = rows.iter().map(|r| self.thread_info(r)).collect();
+        t.exits = b
+            .exits
+            .iter()
+            .flat_map(|e| {
+                self.thread_pid
+                    .iter()
+                    .filter(move |(_, p)| **p == e.pid)
+                    .map(move |(tid, _)| Exit {
+                        pid: *tid,
+                        ts_ns: e.ts_ns,
+                    })
+            })
+            .collect();
+        t.wait.clear();
+        t.io.clear();
+        t.pinned.clear();
+        for r in rows {
+            self.thread_pid.insert(r.tid, r.pid);
+        }
+        self.threads.ingest(&t);
+        if b.seq.is_multiple_of(100) {
+            let threads = &self.threads;
+            self.thread_pid
+                .retain(|tid, _| threads.by_pid(*tid).is_some());
+        }
+    }
+
+    fn thread_info(&self, r: &ThreadRow) -> ProcInfo {
+        let p = self.procs.get(&r.pid);
+        ProcInfo {
+            pid: r.tid,
+            start_ticks: 0,
+            comm: if r.comm.is_empty() {
+                p.map(|p| p.comm.clone()).unwrap_or_default()
+            } else {
+                r.comm.clone()
+            },
+            cmdline: p.map(|p| p.cmdline.clone()).unwrap_or_default(),
+            uid: p.and_then(|p| p.uid),
+            kthread: p.is_some_and(|p| p.kthread),
+            cgroup: p.map(|p| p.cgroup.clone()).unwrap_or_default(),
+            tgid: Some(r.pid),
+        }
+    }
+
+    /// The `k` threads with the most on-CPU time in the last interval, heaviest first (None
+    /// when the last Batch had no threads).
+    pub fn top_threads(&self, k: usize) -> Option<Vec<CpuEntry>> {
+        let b = self.latest.as_ref()?;
+        Some(self.thread_entries(b.threads.as_ref()?, b.interval_ns(), k))
+    }
+
+    /// The exact shadow's top `k` threads, when the Batch carried it.
+    pub fn top_threads_exact(&self, k: usize) -> Option<Vec<CpuEntry>> {
+        let b = self.latest.as_ref()?;
+        Some(self.thread_entries(b.threads_exact.as_ref()?, b.interval_ns(), k))
+    }
+
+    fn thread_entries(&self, rows: &[ThreadRow], n: u64, k: usize) -> Vec<CpuEntry> {
+        rows.iter()
+            .take(k)
+            .map(|r| {
+                let mut e = self.entry(
+                    &CpuRow {
+                        pid: r.pid,
+                        ns: r.ns,
+                        bins: r.bins.clone(),
+                    },
+                    n,
+                );
+                if !r.comm.is_empty() {
+                    e.comm.clone_from(&r.comm);
+                }
+                e.tid = Some(r.tid);
+                e.wait_ns = None;
+                e
+            })
+            .collect()
     }
 
     /// The last interval, if any.
@@ -139,6 +257,8 @@ impl Model {
             bins: r.bins.clone(),
             exited: self.exited.contains_key(&r.pid),
             wait_ns: self.wait.wait_of(r.pid),
+            cgroup: info.map(|p| p.cgroup.clone()).unwrap_or_default(),
+            tid: None,
         }
     }
 

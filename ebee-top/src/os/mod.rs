@@ -3,6 +3,7 @@
 //! the threads that produce Batches or messages, never on the render path, and trust nothing
 //! they read (a missing or malformed file is an empty answer, never a panic).
 
+pub mod cgroup;
 pub mod details;
 pub mod host;
 pub mod ports;

@@ -86,6 +86,8 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
         cmdline,
         uid,
         kthread: stat.flags & PF_KTHREAD != 0,
+        cgroup: String::new(),
+        tgid: None,
     })
 }
 

@@ -30,10 +30,14 @@ const KICK_AGAIN: Duration = Duration::from_millis(2);
 /// Move a CPU that has not switched after this long by IPI (counted).
 const SWITCH_DEADLINE: Duration = Duration::from_millis(20);
 
-/// One process's on-CPU time in one interval.
+/// One process's (or, from the thread sketch, one thread's) on-CPU time in one interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CpuCharge {
+    /// Process id; the thread id in thread rows.
     pub tgid: u32,
+    /// The slot's `aux` word from the CPU with the most of this key's time: the cgroup key
+    /// (0: unknown) in process rows, the process id in thread rows.
+    pub aux: u32,
     pub ns: u64,
     /// On-CPU ns per burst bin (bin `i` covers `[start + i*w, start + (i+1)*w)`).
     pub bins: [u64; BURST_BINS],
@@ -82,37 +86,57 @@ pub struct RawInterval {
     pub waits: super::wait::WaitRaw,
     /// Servers and network bytes (None when the pipeline is off).
     pub servers: Option<super::servers::ServersRaw>,
+    /// Cgroups, and threads in the per-thread mode.
+    pub cgroups: super::cgroup::CgRaw,
 }
 
-/// Merges charges by process.
+/// What [`Merge`] keeps per key: total ns, bins, and the `aux` of its heaviest slot.
 #[derive(Default)]
-struct Merge {
-    by_tgid: HashMap<u32, (u64, [u64; BURST_BINS])>,
+struct Merged {
+    ns: u64,
+    bins: [u64; BURST_BINS],
+    aux: u32,
+    aux_ns: u64,
+}
+
+/// Merges charges by key (process, or thread).
+#[derive(Default)]
+pub(super) struct Merge {
+    by_tgid: HashMap<u32, Merged>,
 }
 
 impl Merge {
-    fn add(&mut self, slot: &CpuSlot, unit_ns: u64) {
+    pub(super) fn add(&mut self, slot: &CpuSlot, unit_ns: u64) {
         if slot.tgid == 0 {
             return;
         }
         let e = self.by_tgid.entry(slot.tgid).or_default();
-        e.0 += slot.ns;
-        for (i, b) in e.1.iter_mut().enumerate() {
+        e.ns += slot.ns;
+        if slot.ns >= e.aux_ns {
+            e.aux = slot.aux;
+            e.aux_ns = slot.ns;
+        }
+        for (i, b) in e.bins.iter_mut().enumerate() {
             *b += bin_lane(&slot.bins, i) * unit_ns;
         }
     }
 
-    fn add_ns(&mut self, tgid: u32, ns: u64) {
+    pub(super) fn add_ns(&mut self, tgid: u32, ns: u64) {
         if tgid != 0 {
-            self.by_tgid.entry(tgid).or_default().0 += ns;
+            self.by_tgid.entry(tgid).or_default().ns += ns;
         }
     }
 
-    fn into_rows(self) -> Vec<CpuCharge> {
+    pub(super) fn into_rows(self) -> Vec<CpuCharge> {
         let mut rows: Vec<CpuCharge> = self
             .by_tgid
             .into_iter()
-            .map(|(tgid, (ns, bins))| CpuCharge { tgid, ns, bins })
+            .map(|(tgid, m)| CpuCharge {
+                tgid,
+                aux: m.aux,
+                ns: m.ns,
+                bins: m.bins,
+            })
             .collect();
         rows.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.tgid.cmp(&b.tgid)));
         rows
@@ -199,6 +223,8 @@ pub(super) struct CpuDrain {
     /// Bin geometry of the interval being written, and of the next one.
     bins: BinCfg,
     next_bins: BinCfg,
+    /// Bin geometry of the interval the last drain closed.
+    closed_bins: BinCfg,
 }
 
 /// The pieces [`CpuDrain::new`] takes over.
@@ -256,6 +282,7 @@ impl CpuDrain {
             epoch,
             bins,
             next_bins: bins,
+            closed_bins: bins,
         }
     }
 
@@ -343,6 +370,11 @@ impl CpuDrain {
         }
     }
 
+    /// Bin geometry of the interval the last drain closed.
+    pub(super) fn closed_bins(&self) -> BinCfg {
+        self.closed_bins
+    }
+
     /// Set the bin geometry for the interval that starts at the next flip.
     pub(super) fn set_bins(&mut self, bins: BinCfg) {
         self.next_bins = bins;
@@ -353,6 +385,7 @@ impl CpuDrain {
     pub(super) fn drain(&mut self, new_epoch: u64) -> Result<RawInterval, aya::maps::MapError> {
         let old_epoch = std::mem::replace(&mut self.epoch, new_epoch);
         let bins = std::mem::replace(&mut self.bins, self.next_bins);
+        self.closed_bins = bins;
         let start_ns = ctl::flip_ns(old_epoch);
         let end_ns = ctl::flip_ns(new_epoch);
         let old_parity = ctl::parity(old_epoch);

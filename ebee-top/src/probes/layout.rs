@@ -3,16 +3,22 @@
 //! tracepoint prototypes that decide what can be attached.
 
 use ebee_shared::{
-    mem::MemOffsets, prog_names, qos::Offsets, servers::SrvOffsets, wait::WaitOffsets,
+    cgroup::CgOffsets, mem::MemOffsets, prog_names, qos::Offsets, servers::SrvOffsets,
+    wait::WaitOffsets,
 };
 
-use super::{ProbeError, btf::Btf, mem, qos, servers, wait};
+use super::{ProbeError, btf::Btf, cgroup, mem, qos, servers, wait};
+use crate::os::cgroup::CgroupFs;
 
 /// Every offset and layout fact the programs are loaded with.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct KernelLayout {
     /// `task_struct.tgid`.
     pub tgid_off: u32,
+    /// `task_struct.pid` (the thread id).
+    pub pid_off: u32,
+    /// The task -> cgroup key chain (`on` 0: cgroups off).
+    pub cg: CgOffsets,
     /// The scheduler's task clock as stamped into each task: `task_struct.se.exec_start`.
     pub exec_start_off: u32,
     /// 1 when `sched_process_exit` passes `group_dead` (its second argument).
@@ -29,10 +35,14 @@ pub(super) struct KernelLayout {
 
 impl KernelLayout {
     /// Read the layout; the kernel is unsupported when the CPU pipeline's needs are missing.
-    pub(super) fn read(btf: &Btf) -> Result<Self, ProbeError> {
+    /// Cgroups follow the hierarchy `cg` (off when None).
+    pub(super) fn read(btf: &Btf, cg: Option<&CgroupFs>) -> Result<Self, ProbeError> {
         let unsupported = |e: super::btf::BtfError| ProbeError::Unsupported(e.to_string());
         let tgid_off = btf
             .member_offset("task_struct", "tgid")
+            .map_err(unsupported)?;
+        let pid_off = btf
+            .member_offset("task_struct", "pid")
             .map_err(unsupported)?;
         let exec_start_off = btf
             .member_offset("task_struct", "se")
@@ -68,6 +78,8 @@ impl KernelLayout {
         Ok(Self {
             servers: srv,
             tgid_off,
+            pid_off,
+            cg: cgroup::offsets(btf, cg),
             exec_start_off,
             exit_has_group_dead,
             qos: qos::offsets(btf),

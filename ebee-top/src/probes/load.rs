@@ -13,8 +13,8 @@ use ebee_shared::{cpu::BinCfg, ctl::Ctl, global_names, map_names, prog_names};
 
 use super::layout::KernelLayout;
 use super::{
-    OBJECT, ProbeConfig, ProbeError, Probes, bench, btf, classify, cpu, flip, lifecycle, mem,
-    page_size, qos, servers, take_map, wait, write_bins,
+    OBJECT, ProbeConfig, ProbeError, Probes, bench, btf, cgroup, classify, cpu, flip, lifecycle,
+    mem, page_size, qos, servers, take_map, wait, write_bins,
 };
 
 impl Probes {
@@ -24,7 +24,13 @@ impl Probes {
             return Err(ProbeError::NoObject);
         }
         let unsupported = |e: &dyn std::fmt::Display| ProbeError::Unsupported(e.to_string());
-        let layout = KernelLayout::read(&btf::Btf::from_sys_fs().map_err(|e| unsupported(&e))?)?;
+        let cgroup_fs = crate::os::cgroup::detect(cfg.cgroups);
+        let layout = KernelLayout::read(
+            &btf::Btf::from_sys_fs().map_err(|e| unsupported(&e))?,
+            cgroup_fs.as_ref(),
+        )?;
+        // A hierarchy whose chain the kernel's BTF cannot give is not followed.
+        let cgroup_fs = cgroup_fs.filter(|_| layout.cg.on != 0);
         let aya_btf = aya::Btf::from_sys_fs().map_err(|e| unsupported(&e))?;
         let ncpus =
             aya::util::nr_cpus().map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
@@ -36,6 +42,11 @@ impl Probes {
         let cpu_maps = cpu::CpuMaps::take(&mut ebpf, cfg)?;
         let lifecycle = lifecycle::LifecycleReader::take(&mut ebpf)?;
         let wait = wait::WaitDrain::new(wait::WaitMaps::take(&mut ebpf, cfg)?, ncpus);
+        let cgroups = cgroup::CgDrain::new(
+            cgroup::CgMaps::take(&mut ebpf, cfg)?,
+            ncpus,
+            cgroup_fs.is_some(),
+        );
         let with_servers = layout.has_servers() && !cfg.no_servers;
         let srv_maps = if with_servers {
             Some(servers::ServerMaps::take(&mut ebpf)?)
@@ -100,6 +111,8 @@ impl Probes {
             mem,
             wait,
             wait_offsets: layout.wait,
+            cgroups,
+            cgroup_fs,
             servers,
             page_size: u64::from(page_size()),
             ncpus,
@@ -123,6 +136,8 @@ fn load_object(
         .override_global(global_names::SHADOW_ON, &shadow_on, true)
         .override_global(global_names::TRACE_ON, &trace_on, true)
         .override_global(global_names::TASK_TGID_OFF, &layout.tgid_off, true)
+        .override_global(global_names::TASK_PID_OFF, &layout.pid_off, true)
+        .override_global(global_names::CG_OFFSETS, &layout.cg, true)
         .override_global(
             global_names::TASK_EXEC_START_OFF,
             &layout.exec_start_off,
@@ -148,6 +163,10 @@ fn load_object(
             map_names::WAIT_SHADOW1,
             map_names::IO_SHADOW0,
             map_names::IO_SHADOW1,
+            map_names::THREAD_SHADOW0,
+            map_names::THREAD_SHADOW1,
+            map_names::CG_SHADOW0,
+            map_names::CG_SHADOW1,
         ] {
             loader.map_max_entries(m, 1);
         }

@@ -12,6 +12,7 @@
 
 mod bench;
 pub mod btf;
+pub mod cgroup;
 pub mod cpu;
 mod flip;
 mod kick;
@@ -76,6 +77,8 @@ pub struct ProbeConfig {
     /// With `bpf_stats`: keep the statistics on only 1 s in every 10 ([`STATS_ON`] of
     /// [`STATS_PERIOD`]), so their clock reads tax every program run a tenth of the time.
     pub stats_sampled: bool,
+    /// Which cgroup hierarchy to follow (`--cgroups`).
+    pub cgroups: crate::os::cgroup::Want,
 }
 
 /// The sampling window of the BPF run-time statistics, and the period it repeats with.
@@ -108,6 +111,10 @@ pub struct Probes {
     /// Waits and disk I/O, from the context switch.
     wait: wait::WaitDrain,
     wait_offsets: ebee_shared::wait::WaitOffsets,
+    /// Cgroups and threads, from the context switch.
+    cgroups: cgroup::CgDrain,
+    /// The cgroup hierarchy followed (None: cgroups off).
+    cgroup_fs: Option<crate::os::cgroup::CgroupFs>,
     /// Servers and network bytes, from the socket layer; None when off or not supported.
     servers: Option<servers::ServerDrain>,
     page_size: u64,
@@ -180,6 +187,9 @@ impl Probes {
             raw.mem = Some(m.drain(epoch).map_err(classify("draining memory maps"))?);
         }
         raw.waits = self.wait.drain(ebee_shared::ctl::parity(epoch) ^ 1)?;
+        raw.cgroups = self
+            .cgroups
+            .drain(ebee_shared::ctl::parity(epoch) ^ 1, self.cpu.closed_bins())?;
         raw.lifecycle = self.lifecycle.read();
         if let Some(s) = self.servers.as_mut() {
             let exited: std::collections::HashSet<u32> = raw
@@ -281,6 +291,26 @@ impl Probes {
     /// True when the kernel counts disk I/O per task (`ioac`) and the pipeline reads it.
     pub fn io_available(&self) -> bool {
         self.wait_offsets.io_valid != 0
+    }
+
+    /// The cgroup hierarchy the kernel follows (None: cgroups off).
+    pub fn cgroup_fs(&self) -> Option<&crate::os::cgroup::CgroupFs> {
+        self.cgroup_fs.as_ref()
+    }
+
+    /// Turn the per-thread mode on or off: the kernel charges each slice to its thread as well,
+    /// from the next interval on (the first whole interval is the first reported).
+    pub fn set_threads(&mut self, on: bool) -> Result<(), ProbeError> {
+        let mut c = self.ctl.get(&0, 0).map_err(classify("reading CTL"))?;
+        c.threads = u64::from(on);
+        self.ctl.set(0, c, 0).map_err(classify("writing CTL"))?;
+        self.cgroups.set_threads(on);
+        Ok(())
+    }
+
+    /// Whether the per-thread mode is on.
+    pub fn threads(&self) -> bool {
+        self.cgroups.threads()
     }
 
     /// True when the servers pipeline (socket tracepoints) is attached.

@@ -22,4 +22,9 @@ pub trait Source {
     fn set_interval(&mut self, interval: Duration) -> anyhow::Result<()>;
     /// Set the processes pinned for detailed tracking (live sources only).
     fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()>;
+    /// Turn the per-thread mode on or off (live sources only; a recording has the threads it
+    /// was recorded with).
+    fn set_threads(&mut self, _on: bool) -> anyhow::Result<()> {
+        Ok(())
+    }
 }

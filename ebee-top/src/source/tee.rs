@@ -25,6 +25,10 @@ impl<S: Source> Source for Tee<S> {
         self.inner.set_interval(interval)
     }
 
+    fn set_threads(&mut self, on: bool) -> anyhow::Result<()> {
+        self.inner.set_threads(on)
+    }
+
     fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()> {
         self.inner.set_pins(pids)
     }

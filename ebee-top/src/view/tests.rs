@@ -59,6 +59,7 @@ pub(crate) fn proc(pid: u32, comm: &str, cmdline: &str) -> ProcInfo {
         cmdline: cmdline.into(),
         uid: Some(0),
         kthread: false,
+        ..Default::default()
     }
 }
 

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::QOS_TOP_SYSCALLS;
 
+use crate::batch::cgroup::{CgroupRow, CgroupStats};
 use crate::batch::servers::ServersStats;
 use crate::batch::wait::WaitStats;
 use crate::batch::{Dropped, MemStats, SelfCost};
@@ -17,10 +18,43 @@ use crate::model::{CpuEntry, Model};
 #[derive(Serialize)]
 struct JsonCpu<'a> {
     pid: u32,
+    /// With --threads: the thread (and `comm` is the thread's name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tid: Option<u32>,
     comm: &'a str,
     cpu_ns: u64,
     cpu_pct: f64,
     wait_ns: Option<u64>,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    cgroup: &'a str,
+}
+
+#[derive(Serialize)]
+struct JsonCgroup<'a> {
+    id: u64,
+    path: &'a str,
+    cpu_ns: u64,
+    cpu_pct: f64,
+    wait_ns: u64,
+    rss_bytes: Option<u64>,
+}
+
+fn json_cgroups(rows: &[CgroupRow], interval_ns: u64, k: usize) -> Vec<JsonCgroup<'_>> {
+    rows.iter()
+        .take(k)
+        .map(|c| JsonCgroup {
+            id: c.id,
+            path: &c.path,
+            cpu_ns: c.cpu_ns,
+            cpu_pct: if interval_ns == 0 {
+                0.0
+            } else {
+                r2(c.cpu_ns as f64 * 100.0 / interval_ns as f64)
+            },
+            wait_ns: c.wait_ns,
+            rss_bytes: c.rss_bytes,
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -290,12 +324,18 @@ struct JsonLine<'a> {
     servers: Vec<JsonServer>,
     net: Vec<JsonNet>,
     servers_stats: &'a ServersStats,
+    cgroups: Vec<JsonCgroup<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroups_exact: Option<Vec<JsonCgroup<'a>>>,
+    cgroup_stats: &'a CgroupStats,
 }
 
 fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
     rows.iter()
         .map(|r| JsonCpu {
             pid: r.pid,
+            tid: r.tid,
+            cgroup: &r.cgroup,
             comm: &r.comm,
             cpu_ns: r.cpu_ns,
             // Two decimals are all a share of a CPU needs.
@@ -308,8 +348,11 @@ fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
 /// One JSON object for the last interval, followed by a newline.
 pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {
     let Some(b) = m.latest() else { return Ok(()) };
-    let top = m.top_cpu(k);
-    let exact = m.top_cpu_exact(k);
+    // With --threads the rows are threads (the Batch says whether it carried them).
+    let (top, exact) = match m.top_threads(k) {
+        Some(t) => (t, m.top_threads_exact(k)),
+        None => (m.top_cpu(k), m.top_cpu_exact(k)),
+    };
     let line = JsonLine {
         t_ms: b.t_ms,
         interval_ms: (b.interval_ns() + 500_000) / 1_000_000,
@@ -335,6 +378,12 @@ pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         servers: json_servers(m, k),
         net: json_net(m, k),
         servers_stats: &b.servers_stats,
+        cgroups: json_cgroups(&b.cgroups, b.interval_ns(), k),
+        cgroups_exact: b
+            .cgroups_exact
+            .as_deref()
+            .map(|c| json_cgroups(c, b.interval_ns(), k)),
+        cgroup_stats: &b.cgroup_stats,
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")
@@ -395,5 +444,49 @@ mod tests {
         assert_eq!(v["net"][0]["comm"], "worker-1");
         assert_eq!(v["servers_stats"]["available"], true);
         assert!(v["servers_stats"]["evictions"].is_u64());
+    }
+
+    #[test]
+    fn cgroups_and_threads_follow_the_schema() {
+        let mut m = Model::new();
+        let b = crate::batch::build::plausible(1, 4);
+        m.ingest(&b);
+        let mut out = Vec::new();
+        write_json(&mut out, &m, 2).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let c = &v["cgroups"];
+        assert_eq!(c.as_array().map(Vec::len), Some(2), "top k");
+        assert_eq!(c[0]["id"], 4000);
+        assert_eq!(c[0]["path"], "/system.slice/worker-0.service");
+        assert_eq!(c[0]["cpu_ns"], 27_000_001);
+        // 27 ms of 50 ms.
+        assert_eq!(c[0]["cpu_pct"], 54.0);
+        assert_eq!(c[0]["rss_bytes"], 64u64 << 20);
+        assert!(c[0]["wait_ns"].is_u64());
+        assert_eq!(v["cgroup_stats"]["hierarchy"], "v2");
+        assert!(
+            v["cpu"][0]["cgroup"]
+                .as_str()
+                .unwrap()
+                .starts_with("/system.slice/")
+        );
+        assert!(v["cpu"][0].get("tid").is_none());
+
+        let t = crate::batch::Batch::build(2, b.end_ns, 50_000_000)
+            .bins(10_000_000)
+            .cpu(1000, 30_000_000, &[])
+            .thread(1207, 1000, "io-worker", 20_000_000, &[])
+            .thread(1000, 1000, "main", 10_000_000, &[])
+            .done();
+        m.ingest(&t);
+        let mut out = Vec::new();
+        write_json(&mut out, &m, 20).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["cpu"][0]["tid"], 1207);
+        assert_eq!(v["cpu"][0]["pid"], 1000);
+        assert_eq!(v["cpu"][0]["comm"], "io-worker");
+        assert_eq!(v["cpu"][0]["cpu_pct"], 40.0);
+        assert_eq!(v["cpu"][1]["tid"], 1000);
+        assert_eq!(v["cgroup_stats"]["threads"], true);
     }
 }

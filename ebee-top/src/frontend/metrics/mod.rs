@@ -216,6 +216,7 @@ pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
         bpf_stats: !a.no_bpf_stats,
         no_servers: a.no_servers,
         stats_sampled: true,
+        cgroups: crate::os::cgroup::Want::Auto,
     };
     let mut live = Live::start(cfg, a.delay)?;
     if !a.pids.is_empty() {

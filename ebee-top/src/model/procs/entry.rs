@@ -47,6 +47,10 @@ pub struct ProcEntry {
     pub exited_ns: Option<u64>,
     /// The kernel follows it for QoS (from the Batch's `pinned`).
     pub kernel_pinned: bool,
+    /// Its cgroup path (empty: unknown).
+    pub cgroup: String,
+    /// The process: its own pid, or for a thread in the thread table, its process's.
+    pub tgid: u32,
 }
 
 impl ProcEntry {
@@ -130,6 +134,7 @@ impl ProcTable {
         if let hash_map::Entry::Vacant(v) = self.entries.entry(key) {
             v.insert(ProcEntry {
                 key,
+                tgid: p.pid,
                 ..Default::default()
             });
             self.fresh.push(key);
@@ -147,6 +152,10 @@ impl ProcTable {
         if p.uid.is_some() {
             e.uid = p.uid;
         }
+        if !p.cgroup.is_empty() {
+            e.cgroup.clone_from(&p.cgroup);
+        }
+        e.tgid = p.tgid.unwrap_or(p.pid);
         e.kthread |= p.kthread;
         key
     }

@@ -1,5 +1,5 @@
 //! The table's order: pinned processes first, then the heaviest by CPU% (or by resident
-//! memory, run-queue wait or disk I/O), filtered by name, command line or pid.
+//! memory, run-queue wait or disk I/O), filtered by name, command line, cgroup or pid.
 
 use super::{ProcEntry, ProcTable};
 
@@ -16,6 +16,29 @@ pub enum Order<F> {
     Io,
     /// Network bytes received and sent per second (from `ranked_by`'s `net`), then CPU%.
     Net,
+}
+
+/// Prefix of a filter that selects one cgroup and those under it (`cg:/system.slice`), as the
+/// cgroups view sets it.
+pub const CGROUP_FILTER: &str = "cg:";
+
+/// Whether `e` passes the filter (`lower` is `filter` in lower case): its pid (or, for a
+/// thread, its process's pid), or a part of its name, command line or cgroup; with
+/// [`CGROUP_FILTER`], its cgroup or one under it.
+pub fn matches_filter(e: &ProcEntry, filter: &str, lower: &str) -> bool {
+    if let Some(cg) = filter.strip_prefix(CGROUP_FILTER) {
+        let under = e
+            .cgroup
+            .strip_prefix(cg)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || cg.ends_with('/'));
+        return under;
+    }
+    lower.is_empty()
+        || e.key.pid.to_string() == lower
+        || (e.tgid != 0 && e.tgid.to_string() == lower)
+        || e.comm.to_lowercase().contains(lower)
+        || e.cmdline.to_lowercase().contains(lower)
+        || e.cgroup.to_lowercase().contains(lower)
 }
 
 impl ProcTable {
@@ -35,12 +58,7 @@ impl ProcTable {
         net: impl Fn(u32) -> Option<f64>,
     ) -> Vec<&ProcEntry> {
         let f = filter.to_lowercase();
-        let matches = |e: &ProcEntry| {
-            f.is_empty()
-                || e.key.pid.to_string() == f
-                || e.comm.to_lowercase().contains(&f)
-                || e.cmdline.to_lowercase().contains(&f)
-        };
+        let matches = |e: &ProcEntry| matches_filter(e, filter, &f);
         let rss = |e: &ProcEntry| match &order {
             Order::Rss(f) if !e.exited() => f(e.key.pid),
             _ => None,

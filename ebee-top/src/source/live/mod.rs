@@ -3,6 +3,7 @@
 //! lines, owners; cached and invalidated by the kernel's exec and exit events), the last-known
 //! RSS of every process, the pinned processes' QoS and ebee-top's own cost.
 
+mod cgroup;
 mod cost;
 pub mod mem;
 mod qos;
@@ -36,6 +37,8 @@ pub struct Live {
     /// Last-known RSS per process from the sketch, and from the exact shadow (`--exact`).
     mem: MemTable,
     mem_exact: Option<MemTable>,
+    /// Cgroup paths and memory, process cgroups, thread names.
+    cg: cgroup::CgroupSide,
 }
 
 impl Live {
@@ -58,6 +61,7 @@ impl Live {
             mem.seed(seed);
         }
         Ok(Self {
+            cg: cgroup::CgroupSide::new(probes.cgroup_fs().cloned()),
             mem,
             mem_exact,
             probes,
@@ -112,6 +116,7 @@ impl Source for Live {
         if raw.lifecycle_lost != self.lifecycle_lost {
             // Lost exec/exit events: cached names may belong to dead processes.
             self.procs.clear();
+            self.cg.clear();
         }
         // Memory: fold this interval's readings in before the exits, which then forget the
         // processes that ended.
@@ -124,8 +129,12 @@ impl Source for Live {
         let mut exits = Vec::new();
         for ev in &raw.lifecycle {
             match ev.kind {
-                EVENT_EXEC => self.procs.on_exec(ev.tgid),
+                EVENT_EXEC => {
+                    self.procs.on_exec(ev.tgid);
+                    self.cg.forget(ev.tgid);
+                }
                 EVENT_EXIT => {
+                    self.cg.forget(ev.tgid);
                     self.mem.exit(ev.tgid);
                     if let Some(t) = self.mem_exact.as_mut() {
                         t.exit(ev.tgid);
@@ -143,6 +152,30 @@ impl Source for Live {
         let nbins = (interval_ns.div_ceil(raw.bin_width_ns.max(1)) as usize)
             .clamp(1, ebee_shared::cpu::BURST_BINS);
         let cpu = self.rows(&raw.rows, nbins);
+        self.cg.note_processes(&raw.rows);
+        let threads = raw
+            .cgroups
+            .threads
+            .as_ref()
+            .map(|t| self.cg.threads(t, nbins));
+        let threads_exact = raw.cgroups.threads_exact.as_ref().map(|e| {
+            let pid_of: std::collections::HashMap<u32, u32> = raw
+                .cgroups
+                .threads
+                .iter()
+                .flatten()
+                .map(|t| (t.tgid, t.aux))
+                .collect();
+            let rows: Vec<CpuCharge> = e
+                .iter()
+                .map(|t| CpuCharge {
+                    aux: pid_of.get(&t.tgid).copied().unwrap_or(0),
+                    ..t.clone()
+                })
+                .collect();
+            self.cg.threads(&rows, nbins)
+        });
+        let (cgroups, cgroups_exact, cgroups_removed, cgroup_stats) = self.cg.rows(&raw.cgroups);
         let cpu_exact = raw.exact.as_ref().map(|e| self.rows(e, nbins));
         let mut pids: Vec<u32> = cpu.iter().map(|r| r.pid).collect();
         if let Some(e) = &cpu_exact {
@@ -175,9 +208,17 @@ impl Source for Live {
         let net = srv.map(servers::net_rows).unwrap_or_default();
         pids.extend(servers.iter().map(|r| r.pid));
         pids.extend(net.iter().map(|r| r.pid));
+        pids.extend(threads.iter().flatten().map(|t| t.pid).filter(|&p| p != 0));
         pids.sort_unstable();
         pids.dedup();
-        let procs = pids.into_iter().map(|p| self.procs.get(p)).collect();
+        let procs = pids
+            .into_iter()
+            .map(|p| {
+                let mut info = self.procs.get(p);
+                self.cg.fill(&mut info);
+                info
+            })
+            .collect();
         let qos = crate::batch::qos::QosBatch {
             procs: raw
                 .qos
@@ -248,6 +289,12 @@ impl Source for Live {
             servers_stats: servers::stats(srv),
             servers,
             net,
+            cgroups,
+            cgroups_exact,
+            cgroups_removed,
+            cgroup_stats,
+            threads,
+            threads_exact,
         };
         self.lifecycle_lost = raw.lifecycle_lost;
         self.prog_errors = raw.prog_errors;
@@ -258,6 +305,11 @@ impl Source for Live {
     fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()> {
         self.probes.set_pins(pids)?;
         self.pins = self.probes.pinned();
+        Ok(())
+    }
+
+    fn set_threads(&mut self, on: bool) -> anyhow::Result<()> {
+        self.probes.set_threads(on)?;
         Ok(())
     }
 

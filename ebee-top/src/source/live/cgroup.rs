@@ -1,0 +1,224 @@
+//! The cgroups and threads part of a live Batch: the kernel's cgroup keys turned into paths,
+//! each process's cgroup, cgroup memory (read at most once a second per cgroup), removed
+//! cgroups noticed, and thread names.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::batch::ProcInfo;
+use crate::batch::cgroup::{CgroupRow, CgroupStats, ThreadRow};
+use crate::os::cgroup::{CgroupFs, Names, memory_bytes, proc_cgroup};
+use crate::probes::CpuCharge;
+use crate::probes::cgroup::{CgCharge, CgRaw};
+
+/// Memory of a cgroup is read again after this long.
+const MEM_EVERY: Duration = Duration::from_secs(1);
+/// Cgroups whose memory is read per interval, at most (the busiest).
+const MEM_ROWS: usize = 64;
+/// How often the cgroups seen lately are checked for removal, and for how long after their
+/// last charge.
+const REMOVED_EVERY: Duration = Duration::from_secs(1);
+const RECENT_FOR: Duration = Duration::from_secs(10);
+/// Thread names are read again after this long (a thread may rename itself).
+const THREAD_NAME_TTL: Duration = Duration::from_secs(5);
+
+pub struct CgroupSide {
+    fs: Option<CgroupFs>,
+    names: Option<Names>,
+    mem: HashMap<u32, (Instant, Option<u64>)>,
+    /// pid -> its cgroup path (the kernel's, or /proc's when not charged lately).
+    of_pid: HashMap<u32, String>,
+    /// key -> (path, last charged) of cgroups charged lately.
+    recent: HashMap<u32, (String, Instant)>,
+    removed_checked: Instant,
+    /// tid -> (name, read at).
+    thread_names: HashMap<u32, (String, Instant)>,
+}
+
+impl CgroupSide {
+    pub fn new(fs: Option<CgroupFs>) -> Self {
+        Self {
+            names: fs.as_ref().map(|f| Names::new(&f.mount)),
+            fs,
+            mem: HashMap::new(),
+            of_pid: HashMap::new(),
+            recent: HashMap::new(),
+            removed_checked: Instant::now(),
+            thread_names: HashMap::new(),
+        }
+    }
+
+    /// A process exec'd or exited: forget its cgroup and its threads' names.
+    pub fn forget(&mut self, pid: u32) {
+        self.of_pid.remove(&pid);
+    }
+
+    fn path(&mut self, key: u32) -> String {
+        self.names
+            .as_mut()
+            .and_then(|n| n.path(key).map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// Note each charged process's cgroup (the kernel's key of its heaviest slice).
+    pub fn note_processes(&mut self, rows: &[CpuCharge]) {
+        if self.names.is_none() {
+            return;
+        }
+        for r in rows.iter().filter(|r| r.aux != 0) {
+            let p = self.path(r.aux);
+            if !p.is_empty() {
+                self.of_pid.insert(r.tgid, p);
+            }
+        }
+    }
+
+    /// Fill in `info.cgroup`.
+    pub fn fill(&mut self, info: &mut ProcInfo) {
+        let Some(fs) = &self.fs else { return };
+        if let Some(p) = self.of_pid.get(&info.pid) {
+            info.cgroup.clone_from(p);
+            return;
+        }
+        if let Some(p) = proc_cgroup(info.pid, &fs.kind) {
+            info.cgroup.clone_from(&p);
+            self.of_pid.insert(info.pid, p);
+        }
+    }
+
+    /// Exec and exit events were lost: a cached cgroup may be a dead process's.
+    pub fn clear(&mut self) {
+        self.of_pid.clear();
+    }
+
+    /// The cgroup rows, stats and removals of one interval.
+    pub fn rows(
+        &mut self,
+        raw: &CgRaw,
+    ) -> (
+        Vec<CgroupRow>,
+        Option<Vec<CgroupRow>>,
+        Vec<u64>,
+        CgroupStats,
+    ) {
+        let stats = CgroupStats {
+            available: self.fs.is_some(),
+            hierarchy: self.fs.as_ref().map(CgroupFs::label).unwrap_or_default(),
+            evictions: raw.evictions,
+            evicted_ns: raw.evicted_ns,
+            updates: raw.updates,
+            shadow_full: raw.shadow_full,
+            threads: raw.threads.is_some(),
+            thread_evictions: raw.thread_evictions,
+            thread_evicted_ns: raw.thread_evicted_ns,
+        };
+        if self.fs.is_none() {
+            return (Vec::new(), None, Vec::new(), stats);
+        }
+        let now = Instant::now();
+        let mut rows = Vec::with_capacity(raw.cgroups.len());
+        for (i, c) in raw.cgroups.iter().enumerate() {
+            let path = self.path(c.key);
+            let rss_bytes = if i < MEM_ROWS && !path.is_empty() {
+                self.memory(c.key, &path, now)
+            } else {
+                None
+            };
+            if !path.is_empty() {
+                self.recent.insert(c.key, (path.clone(), now));
+            }
+            rows.push(row(c, path, rss_bytes));
+        }
+        let exact = raw.cgroups_exact.as_ref().map(|e| {
+            e.iter()
+                .map(|c| {
+                    let p = self.path(c.key);
+                    row(c, p, None)
+                })
+                .collect()
+        });
+        let removed = self.removed(now);
+        (rows, exact, removed, stats)
+    }
+
+    fn memory(&mut self, key: u32, path: &str, now: Instant) -> Option<u64> {
+        if let Some((at, v)) = self.mem.get(&key)
+            && now.duration_since(*at) < MEM_EVERY
+        {
+            return *v;
+        }
+        let v = self.fs.as_ref().and_then(|fs| memory_bytes(fs, path));
+        self.mem.insert(key, (now, v));
+        v
+    }
+
+    /// Cgroups charged lately whose directory is gone, once a second.
+    fn removed(&mut self, now: Instant) -> Vec<u64> {
+        if now.duration_since(self.removed_checked) < REMOVED_EVERY {
+            return Vec::new();
+        }
+        self.removed_checked = now;
+        let Some(names) = &self.names else {
+            return Vec::new();
+        };
+        let mut gone = Vec::new();
+        self.recent.retain(|key, (path, seen)| {
+            if now.duration_since(*seen) > RECENT_FOR {
+                return false;
+            }
+            if names.exists(path) {
+                true
+            } else {
+                gone.push(u64::from(*key));
+                false
+            }
+        });
+        for k in &gone {
+            self.mem.remove(&(*k as u32));
+        }
+        self.mem
+            .retain(|_, (at, _)| now.duration_since(*at) < RECENT_FOR);
+        gone
+    }
+
+    /// Thread rows, with their names.
+    pub fn threads(&mut self, rows: &[CpuCharge], nbins: usize) -> Vec<ThreadRow> {
+        let now = Instant::now();
+        let out = rows
+            .iter()
+            .map(|t| ThreadRow {
+                tid: t.tgid,
+                pid: t.aux,
+                comm: self.thread_name(t.aux, t.tgid, now),
+                ns: t.ns,
+                bins: t.bins[..nbins].to_vec(),
+            })
+            .collect();
+        self.thread_names
+            .retain(|_, (_, at)| now.duration_since(*at) < THREAD_NAME_TTL * 4);
+        out
+    }
+
+    fn thread_name(&mut self, pid: u32, tid: u32, now: Instant) -> String {
+        if let Some((n, at)) = self.thread_names.get(&tid)
+            && now.duration_since(*at) < THREAD_NAME_TTL
+        {
+            return n.clone();
+        }
+        let n = std::fs::read(format!("/proc/{pid}/task/{tid}/comm"))
+            .map(|b| String::from_utf8_lossy(&b).trim_end().to_owned())
+            .unwrap_or_default();
+        self.thread_names.insert(tid, (n.clone(), now));
+        n
+    }
+}
+
+fn row(c: &CgCharge, path: String, rss_bytes: Option<u64>) -> CgroupRow {
+    CgroupRow {
+        id: u64::from(c.key),
+        path,
+        cpu_ns: c.cpu_ns,
+        wait_ns: c.wait_ns,
+        rss_bytes,
+    }
+}
