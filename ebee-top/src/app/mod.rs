@@ -12,6 +12,7 @@ mod update;
 use std::time::Duration;
 
 use crate::model::Model;
+use crate::model::cgroups::CgroupView;
 use crate::model::procs::{Order, ProcEntry, ProcKey};
 use crate::model::servers::{ServerSort, ServerView};
 use crate::os::details::Details;
@@ -39,6 +40,8 @@ pub enum MainView {
     Processes,
     /// The SERVERS table (`S`).
     Servers,
+    /// The cgroups table (`C`).
+    Cgroups,
 }
 
 /// The pane that takes Up/Down.
@@ -95,6 +98,11 @@ pub struct App {
     /// How the SERVERS table is ordered, and its selected row.
     pub srv_sort: ServerSort,
     pub srv_selected: usize,
+    /// The selected row of the cgroups table.
+    pub cg_selected: usize,
+    /// Threads instead of processes in the process table (`H`, `-H`), once Batches carry
+    /// them.
+    pub threads: bool,
 }
 
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -115,6 +123,11 @@ pub const SORTED_NET: &str = "sorted by network bytes (received + sent per secon
 pub const NO_NET: &str =
     "no network bytes from this kernel, recording or --no-servers: sorting by CPU";
 pub const NO_SERVERS: &str = "no servers pipeline in this kernel, recording or run (--no-servers)";
+pub const NO_CGROUPS: &str =
+    "no cgroups from this machine, recording or run (--cgroups off, or no cgroup filesystem)";
+pub const THREADS_ON: &str = "threads: one row per thread (from the next interval on)";
+pub const THREADS_OFF: &str = "processes: one row per process";
+pub const NO_THREADS: &str = "this recording has no threads (record with -H to have them)";
 pub const SORTED_RPS: &str = "servers sorted by requests per second";
 pub const SORTED_P99: &str = "servers sorted by p99 latency";
 
@@ -144,6 +157,8 @@ impl App {
             main: MainView::Processes,
             srv_sort: ServerSort::Rps,
             srv_selected: 0,
+            cg_selected: 0,
+            threads: false,
         }
     }
 
@@ -152,10 +167,32 @@ impl App {
         self.frozen.as_deref().unwrap_or(&self.model)
     }
 
+    /// Whether the process table shows threads: asked for, and the Batches carry them.
+    pub fn showing_threads(&self) -> bool {
+        self.threads && self.shown().threads_on
+    }
+
     /// The table rows to draw, in order: at least `k`, more when the screen has room.
     pub fn table_rows(&self) -> Vec<&ProcEntry> {
         let fit = usize::from(self.screen.1).saturating_sub(6);
         let m = self.shown();
+        if self.showing_threads() {
+            // A thread's RES is its process's.
+            let rss = |tid| {
+                m.threads
+                    .by_pid(tid)
+                    .and_then(|e| m.mem.sketch.rss_of(e.tgid))
+            };
+            let order = match self.sort {
+                SortBy::Mem => Order::Rss(rss),
+                SortBy::Wait => Order::Wait,
+                SortBy::Io => Order::Io,
+                SortBy::Cpu | SortBy::Net => Order::Cpu,
+            };
+            return m
+                .threads
+                .ranked_by(self.k.max(fit), &self.filter, order, |_| None);
+        }
         let rss = |pid| m.mem.sketch.rss_of(pid);
         let order = match self.sort {
             SortBy::Cpu => Order::Cpu,
@@ -181,11 +218,28 @@ impl App {
             .collect()
     }
 
-    /// The process under the selection: in the process table, or the server selected in
-    /// the SERVERS table.
+    /// The cgroups table's rows, in order, filtered by path (a `cg:` filter is the
+    /// process table's and leaves them all).
+    pub fn cgroup_rows(&self) -> Vec<CgroupView> {
+        let cg = self.filter.starts_with(crate::model::procs::CGROUP_FILTER);
+        let f = self.filter.to_lowercase();
+        self.shown()
+            .cgroups
+            .view()
+            .into_iter()
+            .filter(|g| cg || f.is_empty() || g.path.to_lowercase().contains(&f))
+            .collect()
+    }
+
+    /// The process under the selection: in the process table (a thread's process in the
+    /// thread table), or the server selected in the SERVERS table.
     pub fn selected_process(&self) -> Option<&ProcEntry> {
         match self.main {
-            MainView::Processes => self.selected_entry(),
+            MainView::Processes if self.showing_threads() => {
+                let tgid = self.selected_entry()?.tgid;
+                self.shown().table.by_pid(tgid)
+            }
+            MainView::Processes | MainView::Cgroups => self.selected_entry(),
             MainView::Servers => {
                 let pid = self.server_rows().get(self.srv_selected)?.pid;
                 self.shown().table.by_pid(pid)

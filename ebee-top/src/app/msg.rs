@@ -40,6 +40,8 @@ pub enum Effect {
     SetInterval(Duration),
     /// Make the source follow exactly these processes (QoS hooks attach on the first).
     SetPins(Vec<u32>),
+    /// Turn the source's per-thread mode on or off (`H`).
+    SetThreads(bool),
     /// Read this process's details from /proc and send them back as `Msg::Details`.
     Details(ProcKey),
     /// Pass a command to the replay thread.

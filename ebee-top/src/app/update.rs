@@ -5,9 +5,9 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::{
-    App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, MainView, Msg, NO_IO, NO_MEMORY,
-    NO_NET, NO_SERVERS, NO_WAIT, Overlay, SORTED_CPU, SORTED_IO, SORTED_MEM, SORTED_NET,
-    SORTED_P99, SORTED_RPS, SORTED_WAIT, SortBy,
+    App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, MainView, Msg, NO_CGROUPS, NO_IO,
+    NO_MEMORY, NO_NET, NO_SERVERS, NO_THREADS, NO_WAIT, Overlay, SORTED_CPU, SORTED_IO, SORTED_MEM,
+    SORTED_NET, SORTED_P99, SORTED_RPS, SORTED_WAIT, SortBy, THREADS_OFF, THREADS_ON,
 };
 use crate::model::procs::ProcKey;
 use crate::model::servers::ServerSort;
@@ -175,9 +175,57 @@ impl App {
                         self.status = Some(NO_SERVERS.into());
                         MainView::Processes
                     }
-                    MainView::Servers => MainView::Processes,
+                    MainView::Servers | MainView::Cgroups => MainView::Processes,
                 };
                 self.focus = Focus::Table;
+                Effect::Redraw
+            }
+            KeyCode::Char('C') => {
+                self.main = match self.main {
+                    MainView::Cgroups => MainView::Processes,
+                    _ if self.shown().cgroups.available => MainView::Cgroups,
+                    other => {
+                        self.status = Some(NO_CGROUPS.into());
+                        other
+                    }
+                };
+                self.focus = Focus::Table;
+                Effect::Redraw
+            }
+            KeyCode::Char('H') => {
+                if self.replay.is_some() && !self.threads && !self.shown().threads_on {
+                    self.status = Some(NO_THREADS.into());
+                    return Effect::Redraw;
+                }
+                self.threads = !self.threads;
+                self.status = Some(
+                    if self.threads {
+                        THREADS_ON
+                    } else {
+                        THREADS_OFF
+                    }
+                    .into(),
+                );
+                self.selected_key = None;
+                self.follow_selection();
+                if self.replay.is_some() {
+                    Effect::Redraw
+                } else {
+                    Effect::SetThreads(self.threads)
+                }
+            }
+            KeyCode::Enter if self.main == MainView::Cgroups => {
+                let rows = self.cgroup_rows();
+                let Some(g) = rows.get(self.cg_selected.min(rows.len().saturating_sub(1))) else {
+                    return Effect::None;
+                };
+                if g.path.is_empty() {
+                    return Effect::None;
+                }
+                self.filter = format!("{}{}", crate::model::procs::CGROUP_FILTER, g.path);
+                self.main = MainView::Processes;
+                self.selected_key = None;
+                self.follow_selection();
                 Effect::Redraw
             }
             KeyCode::Char('R') if self.main == MainView::Servers => {
@@ -240,6 +288,11 @@ impl App {
                 let n = self.server_rows().len();
                 let i = (self.srv_selected as i64).saturating_add(d).max(0) as usize;
                 self.srv_selected = i.min(n.saturating_sub(1));
+            }
+            Focus::Table if self.main == MainView::Cgroups => {
+                let n = self.cgroup_rows().len();
+                let i = (self.cg_selected as i64).saturating_add(d).max(0) as usize;
+                self.cg_selected = i.min(n.saturating_sub(1));
             }
             Focus::Table => {
                 let i = (self.selected as i64).saturating_add(d).max(0) as usize;

@@ -70,6 +70,9 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
             Effect::SetPins(p) => {
                 let _ = ctl_tx.send(Ctl::Pins(p));
             }
+            Effect::SetThreads(on) => {
+                let _ = ctl_tx.send(Ctl::Threads(on));
+            }
             _ => {}
         },
     );
@@ -87,6 +90,7 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
 enum Ctl {
     Interval(Duration),
     Pins(Vec<u32>),
+    Threads(bool),
 }
 
 /// The drain thread: one Batch per tick to the UI, and the UI's requests applied between
@@ -113,6 +117,11 @@ fn spawn_drain(
                         Ctl::Pins(p) => {
                             if let Err(e) = source.set_pins(&p) {
                                 let _ = tx.send(Msg::Notice(format!("pin: {e:#}")));
+                            }
+                        }
+                        Ctl::Threads(on) => {
+                            if let Err(e) = source.set_threads(on) {
+                                let _ = tx.send(Msg::Notice(format!("threads: {e:#}")));
                             }
                         }
                     }

@@ -52,10 +52,14 @@ pub fn cgroups_want(a: crate::cli::CgroupsArg) -> crate::os::cgroup::Want {
     }
 }
 
-/// Pin the processes given with `-p` (a missing one ends the run with exit code 5).
+/// Pin the processes given with `-p` (a missing one ends the run with exit code 5), and turn
+/// on the per-thread mode with `-H`.
 pub fn pin(source: &mut Live, cli: &Cli) -> anyhow::Result<()> {
     if !cli.pids.is_empty() {
         source.set_pins(&cli.pids)?;
+    }
+    if cli.threads {
+        source.set_threads(true)?;
     }
     Ok(())
 }

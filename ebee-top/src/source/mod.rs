@@ -24,7 +24,5 @@ pub trait Source {
     fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()>;
     /// Turn the per-thread mode on or off (live sources only; a recording has the threads it
     /// was recorded with).
-    fn set_threads(&mut self, _on: bool) -> anyhow::Result<()> {
-        Ok(())
-    }
+    fn set_threads(&mut self, on: bool) -> anyhow::Result<()>;
 }

@@ -315,6 +315,10 @@ impl Source for Replay {
     fn set_pins(&mut self, _: &[u32]) -> anyhow::Result<()> {
         Ok(())
     }
+
+    fn set_threads(&mut self, _: bool) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// Run the replay on its own thread: deliver intervals when due, obey commands, and stop when

@@ -58,11 +58,16 @@ fn net_cols(width: u16, sorted: bool, available: bool) -> IoCols {
     }
 }
 
-/// Columns of the burst sparkline for a table `width` wide (`io` and `net` of them go to disk
-/// I/O and network bytes).
-fn burst_cols(width: u16, io: IoCols, net: IoCols) -> usize {
+/// Width of the CGROUP column (with its spacing), shown from this table width on when cgroups
+/// are followed.
+const CGROUP_W: u16 = 19;
+const CGROUP_FROM: u16 = 100;
+
+/// Columns of the burst sparkline for a table `width` wide (`extra` of them go to disk I/O,
+/// network bytes and the cgroup).
+fn burst_cols(width: u16, extra: u16) -> usize {
     // Half of what the fixed columns leave goes to the command, up to 2 s of cells.
-    (width.saturating_sub(49 + io.width() + net.width()) as usize / 2).clamp(8, 200)
+    (width.saturating_sub(49 + extra) as usize / 2).clamp(8, 200)
 }
 
 /// Bytes per second in 6 characters: `980K`, `12.3M`; `0` when nothing moved.
@@ -131,13 +136,15 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let sort = app.sort;
     let io = io_cols(area.width, sort == SortBy::Io);
     let net = net_cols(area.width, sort == SortBy::Net, m.servers.available);
-    let bw = burst_cols(area.width, io, net);
+    let cg = m.cgroups.available && area.width >= CGROUP_FROM;
+    let extra = io.width() + net.width() + if cg { CGROUP_W } else { 0 };
+    let bw = burst_cols(area.width, extra);
     let waits = m.wait.available;
+    let threads = app.showing_threads();
     // What is left for COMMAND: the highlight mark, the fixed columns, the sparkline and
     // one space between each of the nine columns.
-    let cmd_width = (area.width as usize).saturating_sub(
-        1 + 2 + 7 + 8 + 5 + 5 + 8 + 6 + bw + 8 + usize::from(io.width() + net.width()),
-    );
+    let cmd_width = (area.width as usize)
+        .saturating_sub(1 + 2 + 7 + 8 + 5 + 5 + 8 + 6 + bw + 8 + usize::from(extra));
     let rows: Vec<Row> = app
         .table_rows()
         .into_iter()
@@ -149,33 +156,45 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 None => "?".into(),
             };
             let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii);
-            let mut cmd = e.command();
             // "(exited) " goes first, so a narrow column still shows it.
             let mark = if e.exited() { "(exited) " } else { "" };
-            if mark.len() + cmd.chars().count() > cmd_width {
+            // In the thread table, the thread's own name, then its process.
+            let (pre, post) = if threads {
+                (format!("{} ({}: ", e.comm, e.tgid), ")")
+            } else {
+                (String::new(), "")
+            };
+            let mut cmd = e.command();
+            if mark.len() + pre.chars().count() + cmd.chars().count() + post.len() > cmd_width {
                 // The program's name and its arguments say more than the start of a long
                 // directory path.
                 cmd = short_command(&cmd);
             }
+            let cmd = format!("{pre}{cmd}{post}");
             let cmd = format!("{mark}{cmd}");
             let mut cells = vec![
                 Cell::from(flag),
                 Cell::from(format!("{:>7}", e.key.pid)),
                 Cell::from(user),
                 Cell::from(format!("{:>5.1}", e.cpu_pct)),
-                Cell::from(if waits {
+                Cell::from(if threads {
+                    // Waits and disk bytes are measured per process, not per thread.
+                    format!("{:>5}", "-")
+                } else if waits {
                     format!("{:>5.1}", e.wait_pct)
                 } else {
                     format!("{:>5}", "n/a")
                 }),
                 Cell::from(format!("{:>8}", super::fmt_ns(e.total_ns))),
-                Cell::from(match m.mem.sketch.rss_of(e.key.pid) {
+                Cell::from(match m.mem.sketch.rss_of(e.tgid) {
                     Some(b) if !e.exited() => format!("{:>6}", bytes(b)),
                     _ => format!("{:>6}", "-"),
                 }),
             ];
             let io_cell = |v: f64| {
-                Cell::from(if m.wait.io_available {
+                Cell::from(if threads {
+                    format!("{:>6}", "-")
+                } else if m.wait.io_available {
                     format!("{:>6}", rate(v))
                 } else {
                     format!("{:>6}", "n/a")
@@ -198,6 +217,11 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                     cells.push(Cell::from(format!("{:>6}", rate(tx))));
                 }
             }
+            if cg {
+                let name = crate::model::cgroups::short_name(&e.cgroup);
+                let name = if name.is_empty() { "-" } else { &name };
+                cells.push(Cell::from(format!("{name:<18.18}")));
+            }
             cells.push(Cell::from(Line::from(Span::styled(burst, c.burst()))));
             cells.push(Cell::from(cmd));
             Row::new(cells).style(style)
@@ -214,7 +238,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     };
     let mut head = vec![
         Cell::from("  "),
-        Cell::from("    PID"),
+        Cell::from(if threads { "    TID" } else { "    PID" }),
         Cell::from("USER"),
         Cell::from(" %CPU"),
         mark(SortBy::Wait, "WAIT%", "WAIT*"),
@@ -254,7 +278,18 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             widths.extend([Constraint::Length(6), Constraint::Length(6)]);
         }
     }
-    head.extend([Cell::from(burst_title), Cell::from("COMMAND")]);
+    if cg {
+        head.push(Cell::from("CGROUP"));
+        widths.push(Constraint::Length(18));
+    }
+    head.extend([
+        Cell::from(burst_title),
+        Cell::from(if threads {
+            "THREAD (PID: COMMAND)"
+        } else {
+            "COMMAND"
+        }),
+    ]);
     widths.extend([Constraint::Length(bw as u16), Constraint::Min(10)]);
     let header = Row::new(head).style(c.header_row());
     let table = Table::new(rows, widths)

@@ -8,6 +8,7 @@
 //! memory table takes its lower third; overlays (help, details) go on top.
 
 mod burst;
+mod cgroups;
 mod cpu_table;
 mod footer;
 mod header;
@@ -97,6 +98,11 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
     };
     if app.main == MainView::Servers {
         servers::render(app, t, f, left, true);
+        finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
+        return;
+    }
+    if app.main == MainView::Cgroups {
+        cgroups::render(app, t, f, left);
         finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
         return;
     }

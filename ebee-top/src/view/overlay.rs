@@ -23,11 +23,16 @@ pub const HELP: &[(&str, &str)] = &[
     ("I", "sort by disk I/O (bytes read and written per second)"),
     ("N", "sort by network bytes (received and sent per second)"),
     ("S", "SERVERS table, or processes (R/L: sort by req/s, p99)"),
+    ("C", "cgroups table, or processes (Enter: its processes)"),
+    (
+        "H",
+        "threads instead of processes (pins and filters by process)",
+    ),
     (
         "p",
         "pin/unpin the selected process (syscall and request QoS)",
     ),
-    ("/", "filter by name or pid; Esc clears"),
+    ("/", "filter by name, cgroup or pid; Esc clears"),
     ("space", "pause the screen (collection and recording go on)"),
     ("+ / -", "longer / shorter interval (10 ms to 10 s)"),
     ("Tab", "move the focus between the table and the QoS pane"),
@@ -120,7 +125,12 @@ pub fn details(app: &App, t: &Theme, key: ProcKey, d: Option<&Details>, f: &mut 
                         _ => format!("started  {s:.1} s after boot"),
                     }));
                 }
-                lines.push(Line::from(format!("cgroup   {}", d.cgroup)));
+                // The hierarchy ebee-top follows, whole; else what /proc says.
+                let cg = match e.filter(|e| !e.cgroup.is_empty()) {
+                    Some(e) => format!("{} ({})", e.cgroup, m.cgroups.hierarchy),
+                    None => d.cgroup.clone(),
+                };
+                lines.push(Line::from(format!("cgroup   {cg}")));
             }
         }
     }

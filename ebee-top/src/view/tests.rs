@@ -287,7 +287,7 @@ fn filter_line_and_memory_notice() {
     let mut a = one_process();
     a.filter = "crunch".into();
     a.filter_editing = true;
-    assert!(text(&a, 80, 24).contains("filter (name or pid): crunch_"));
+    assert!(text(&a, 80, 24).contains("filter (name, cgroup or pid): crunch_"));
     a.filter_editing = false;
     a.status = Some(crate::app::NO_MEMORY.into());
     assert!(text(&a, 80, 24).contains(crate::app::NO_MEMORY));
@@ -619,4 +619,128 @@ fn a_sampled_bpf_cost_is_marked_as_an_estimate() {
     a.update(Msg::Batch(Box::new(b)));
     let t = text(&a, 120, 24);
     assert!(t.contains("(bpf~0.12%)"), "{t}");
+}
+
+/// Processes in three cgroups: the CGROUP column with short names, the cgroups table (`C`)
+/// ranked by CPU with a removed cgroup marked, and Enter filtering the process table to one.
+#[test]
+fn cgroups_view_and_column() {
+    use crossterm::event::{Event, KeyCode, KeyEvent};
+    let key = |a: &mut App, k: KeyCode| a.update(Msg::Input(Event::Key(KeyEvent::from(k))));
+    let id = "4f3a5c0d2b1e9f8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b";
+    let docker = format!("/system.slice/docker-{id}.scope");
+    let mut a = app();
+    let in_cg = |mut p: ProcInfo, cg: &str| {
+        p.cgroup = cg.into();
+        p
+    };
+    let procs = [
+        in_cg(
+            proc(600, "postgres", "postgres: writer"),
+            "/system.slice/postgresql.service",
+        ),
+        in_cg(proc(601, "java", "java -jar app.jar"), &docker),
+        in_cg(
+            proc(602, "bash", "-bash"),
+            "/user.slice/user-1000.slice/session-4.scope",
+        ),
+    ];
+    for seq in 1..=20 {
+        let mut b = batch(
+            seq,
+            &[(601, [8 * MS; 5]), (600, [3 * MS; 5]), (602, [MS / 5; 5])],
+            &procs,
+        );
+        b.cgroups = [
+            (21, docker.as_str(), 40 * MS),
+            (22, "/system.slice/postgresql.service", 15 * MS),
+            (23, "/user.slice/user-1000.slice/session-4.scope", MS),
+        ]
+        .iter()
+        .map(|&(id, path, cpu_ns)| crate::batch::cgroup::CgroupRow {
+            id,
+            path: path.into(),
+            cpu_ns,
+            wait_ns: cpu_ns / 4,
+            rss_bytes: Some(cpu_ns * 100),
+        })
+        .collect();
+        b.cgroup_stats.available = true;
+        b.cgroup_stats.hierarchy = "v2".into();
+        if seq == 20 {
+            b.cgroups.retain(|c| c.id != 23);
+            b.cgroups_removed = vec![23];
+        }
+        a.update(Msg::Batch(Box::new(b)));
+    }
+    let t = text(&a, 160, 50);
+    let line = |t: &str, s: &str| t.lines().find(|l| l.contains(s)).unwrap_or("").to_string();
+    assert!(line(&t, "java -jar").contains("4f3a5c0d2b1e"), "{t}");
+    assert!(
+        line(&t, "postgres: writer").contains("postgresql.serv"),
+        "{t}"
+    );
+    key(&mut a, KeyCode::Char('C'));
+    let t = text(&a, 80, 24);
+    assert!(t.contains("CGROUPS (3, v2"), "{t}");
+    let rows: Vec<String> = a.cgroup_rows().iter().map(|g| g.path.clone()).collect();
+    assert_eq!(rows[0], docker, "busiest first");
+    assert!(line(&t, "session-4.scope").contains("(removed)"), "{t}");
+    insta::assert_snapshot!("cgroups_table_80x24", t);
+    // Enter on the second row: the process table, filtered to postgres's cgroup.
+    key(&mut a, KeyCode::Down);
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.main, crate::app::MainView::Processes);
+    assert_eq!(a.filter, "cg:/system.slice/postgresql.service");
+    let pids: Vec<u32> = a.table_rows().iter().map(|e| e.key.pid).collect();
+    assert_eq!(pids, vec![600]);
+    // A plain filter matches a part of the cgroup too.
+    a.filter = "user.slice".into();
+    let pids: Vec<u32> = a.table_rows().iter().map(|e| e.key.pid).collect();
+    assert_eq!(pids, vec![602]);
+}
+
+/// `H`: one row per thread with its own name and its process; `p` pins the process.
+#[test]
+fn threads_mode_lists_threads_and_pins_their_process() {
+    use crossterm::event::{Event, KeyCode, KeyEvent};
+    let key =
+        |a: &mut App, c: char| a.update(Msg::Input(Event::Key(KeyEvent::from(KeyCode::Char(c)))));
+    let mut a = app();
+    let procs = [
+        proc(700, "mysqld", "/usr/sbin/mysqld"),
+        proc(800, "cron", "cron -f"),
+    ];
+    // Asking before any Batch carries threads: the source is told, the table stays processes.
+    assert_eq!(key(&mut a, 'H'), crate::app::Effect::SetThreads(true));
+    for seq in 1..=20 {
+        let mut b = batch(seq, &[(700, [9 * MS; 5]), (800, [MS; 5])], &procs);
+        let t = |tid, pid, comm: &str, per_bin| crate::batch::cgroup::ThreadRow {
+            tid,
+            pid,
+            comm: comm.into(),
+            ns: 5 * per_bin,
+            bins: vec![per_bin; 5],
+        };
+        b.threads = Some(vec![
+            t(712, 700, "ib_io_wr-1", 6 * MS),
+            t(700, 700, "mysqld", 3 * MS),
+            t(800, 800, "cron", MS),
+        ]);
+        a.update(Msg::Batch(Box::new(b)));
+    }
+    let t = text(&a, 120, 24);
+    assert!(t.contains("    TID"), "{t}");
+    let first = a.table_rows()[0];
+    assert_eq!((first.key.pid, first.tgid), (712, 700));
+    assert!(t.contains("ib_io_wr-1 (700: mysqld)"), "{t}");
+    insta::assert_snapshot!("threads_120x24", t);
+    // A filter by pid keeps the process's threads.
+    a.filter = "700".into();
+    let tids: Vec<u32> = a.table_rows().iter().map(|e| e.key.pid).collect();
+    assert_eq!(tids, vec![712, 700]);
+    a.filter.clear();
+    assert_eq!(key(&mut a, 'p'), crate::app::Effect::SetPins(vec![700]));
+    assert_eq!(key(&mut a, 'H'), crate::app::Effect::SetThreads(false));
+    assert_eq!(a.table_rows()[0].key.pid, 700);
 }

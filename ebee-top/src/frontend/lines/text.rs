@@ -22,28 +22,80 @@ pub fn write_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         d.sketch_evicted_ns,
         d.sketch_evictions
     )?;
-    writeln!(
-        out,
-        "{:>7} {:>6} {:>10}  COMMAND",
-        "PID", "%CPU", "TIME(ms)"
-    )?;
-    for r in m.top_cpu(k) {
-        let name = if r.comm.is_empty() { "?" } else { &r.comm };
-        writeln!(
-            out,
-            "{:>7} {:>6.1} {:>10.3}  {}{}",
-            r.pid,
-            r.cpu_pct,
-            r.cpu_ns as f64 / 1e6,
-            name,
-            if r.exited { " (exited)" } else { "" }
-        )?;
+    match m.top_threads(k) {
+        Some(rows) => {
+            writeln!(
+                out,
+                "{:>7} {:>7} {:>6} {:>10}  THREAD (PROCESS)",
+                "TID", "PID", "%CPU", "TIME(ms)"
+            )?;
+            for r in rows {
+                let name = if r.comm.is_empty() { "?" } else { &r.comm };
+                writeln!(
+                    out,
+                    "{:>7} {:>7} {:>6.1} {:>10.3}  {} ({}){}",
+                    r.tid.unwrap_or(0),
+                    r.pid,
+                    r.cpu_pct,
+                    r.cpu_ns as f64 / 1e6,
+                    name,
+                    name_of(m, r.pid),
+                    if r.exited { " (exited)" } else { "" }
+                )?;
+            }
+        }
+        None => {
+            writeln!(
+                out,
+                "{:>7} {:>6} {:>10}  COMMAND",
+                "PID", "%CPU", "TIME(ms)"
+            )?;
+            for r in m.top_cpu(k) {
+                let name = if r.comm.is_empty() { "?" } else { &r.comm };
+                writeln!(
+                    out,
+                    "{:>7} {:>6.1} {:>10.3}  {}{}",
+                    r.pid,
+                    r.cpu_pct,
+                    r.cpu_ns as f64 / 1e6,
+                    name,
+                    if r.exited { " (exited)" } else { "" }
+                )?;
+            }
+        }
     }
+    write_cgroups_text(out, m, k)?;
     write_mem_text(out, m, k)?;
     write_wait_text(out, m)?;
     write_servers_text(out, m, k)?;
     write_qos_text(out, m)?;
     writeln!(out)
+}
+
+/// The busiest cgroups of the last interval (at most five lines, or `k`).
+fn write_cgroups_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {
+    let Some(b) = m.latest() else { return Ok(()) };
+    if b.cgroups.is_empty() {
+        return Ok(());
+    }
+    let n = b.interval_ns().max(1) as f64;
+    writeln!(
+        out,
+        "{:>6} {:>6} {:>10}  CGROUP ({})",
+        "%CPU", "WAIT%", "MEM(MiB)", b.cgroup_stats.hierarchy
+    )?;
+    for c in b.cgroups.iter().take(k.min(5)) {
+        writeln!(
+            out,
+            "{:>6.1} {:>6.1} {:>10}  {}",
+            c.cpu_ns as f64 * 100.0 / n,
+            c.wait_ns as f64 * 100.0 / n,
+            c.rss_bytes
+                .map_or_else(|| "-".into(), |v| format!("{:.1}", v as f64 / 1048576.0)),
+            if c.path.is_empty() { "?" } else { &c.path }
+        )?;
+    }
+    Ok(())
 }
 
 /// The servers the kernel found in the last interval (requests per second, latency in ms over

@@ -195,6 +195,10 @@ impl Source for Metered {
     fn set_pins(&mut self, pids: &[u32]) -> anyhow::Result<()> {
         self.inner.set_pins(pids)
     }
+
+    fn set_threads(&mut self, on: bool) -> anyhow::Result<()> {
+        self.inner.set_threads(on)
+    }
 }
 
 /// Start the endpoint given with `--listen` (bound earlier by main, before anything loaded).

@@ -131,7 +131,7 @@ fn filter_narrows_the_table_and_esc_clears_it() {
     assert_eq!(rows(&h), vec![4242, 812, 77]);
     h.key(KeyCode::Char('/'));
     h.keys("redis");
-    assert!(h.frame().contains("filter (name or pid): redis_"));
+    assert!(h.frame().contains("filter (name, cgroup or pid): redis_"));
     h.key(KeyCode::Enter);
     assert_eq!(rows(&h), vec![812]);
     insta::assert_snapshot!("filter_redis_100x30", h.frame());

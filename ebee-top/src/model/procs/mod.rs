@@ -22,7 +22,7 @@ use crate::batch::{Batch, ProcInfo};
 
 pub use burst::Burst;
 pub use entry::{ProcEntry, ProcKey};
-pub use ranking::Order;
+pub use ranking::{CGROUP_FILTER, Order, matches_filter};
 
 /// Width of one history cell.
 pub const CELL_NS: u64 = 10_000_000;
