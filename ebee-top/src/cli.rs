@@ -281,6 +281,10 @@ pub enum Table {
     Servers,
     /// One row per process shown per interval (the top K by socket bytes).
     Net,
+    /// One row per cgroup per interval (the top K by on-CPU time).
+    Cgroups,
+    /// One row per thread per interval (the top K by on-CPU time; recordings made with -H).
+    Threads,
 }
 
 #[derive(Debug, Args)]

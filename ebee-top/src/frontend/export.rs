@@ -36,7 +36,9 @@ fn csv_header(out: &mut impl Write, t: Table) -> std::io::Result<()> {
              sketch_evictions,lifecycle_lost,handshake_timeouts,shadow_full,prog_errors,\
              cost_cpu_ns,cost_bpf_ns,cost_bpf_runs"
         }
-        Table::Cpu => "t_ms,seq,rank,pid,comm,cmdline,uid,kthread,cpu_ns,cpu_pct,exited",
+        Table::Cpu => "t_ms,seq,rank,pid,comm,cmdline,uid,kthread,cpu_ns,cpu_pct,exited,cgroup",
+        Table::Cgroups => "t_ms,seq,rank,id,path,cpu_ns,cpu_pct,wait_ns,rss_bytes",
+        Table::Threads => "t_ms,seq,rank,tid,pid,comm,cpu_ns,cpu_pct,exited",
         Table::Exits => "t_ms,seq,pid,comm,ts_ns",
         Table::Mem => "t_ms,seq,rank,pid,comm,rss_bytes,rss_delta_bytes,growth_bytes_per_s",
         Table::Wait => "t_ms,seq,rank,pid,comm,wait_ns,wait_pct",
@@ -80,7 +82,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
             for (rank, r) in m.top_cpu(k).iter().enumerate() {
                 writeln!(
                     out,
-                    "{},{},{},{},{},{},{},{},{},{:.2},{}",
+                    "{},{},{},{},{},{},{},{},{},{:.2},{},{}",
                     b.t_ms,
                     b.seq,
                     rank + 1,
@@ -89,6 +91,44 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
                     csv_field(&r.cmdline),
                     opt(r.uid),
                     r.kthread,
+                    r.cpu_ns,
+                    r.cpu_pct,
+                    r.exited,
+                    csv_field(&r.cgroup)
+                )?;
+            }
+            Ok(())
+        }
+        Table::Cgroups => {
+            let n = b.interval_ns().max(1) as f64;
+            for (rank, c) in b.cgroups.iter().take(k).enumerate() {
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{:.2},{},{}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    c.id,
+                    csv_field(&c.path),
+                    c.cpu_ns,
+                    c.cpu_ns as f64 * 100.0 / n,
+                    c.wait_ns,
+                    opt(c.rss_bytes)
+                )?;
+            }
+            Ok(())
+        }
+        Table::Threads => {
+            for (rank, r) in m.top_threads(k).unwrap_or_default().iter().enumerate() {
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{:.2},{}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    r.tid.unwrap_or(0),
+                    r.pid,
+                    csv_field(&r.comm),
                     r.cpu_ns,
                     r.cpu_pct,
                     r.exited
@@ -294,6 +334,19 @@ mod tests {
         assert_eq!(header.len(), row.len());
         assert_eq!(&row[3..8], &["1001", "worker-1", "8040.00", "402", row[7]]);
         assert_eq!(row[11], "12");
+        let c = lines(Table::Cgroups);
+        assert_eq!(
+            c.lines().nth(1),
+            Some("1700000000100,2,1,4000,/system.slice/worker-0.service,27000002,54.00,0,67108864"),
+            "{c}"
+        );
+        assert!(
+            lines(Table::Cpu)
+                .lines()
+                .nth(1)
+                .unwrap()
+                .ends_with(",/system.slice/worker-0.service"),
+        );
         let n = lines(Table::Net);
         assert!(
             n.lines()

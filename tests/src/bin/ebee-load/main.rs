@@ -6,6 +6,7 @@ mod disk;
 mod mem;
 mod net;
 mod syscalls;
+mod threads;
 
 use mem::{MIB, Region};
 
@@ -200,6 +201,36 @@ enum Cmd {
         skew: f64,
         #[arg(long, default_value_t = 50)]
         churn_per_s: u32,
+        #[arg(long)]
+        seconds: f64,
+    },
+    /// `threads` threads over `procs` processes with Zipf-skewed duty cycles (the thread of
+    /// rank r burns about `top_duty / r^skew`, ranks interleaved over the processes), for
+    /// `seconds`.
+    Threads {
+        #[arg(long, default_value_t = 20)]
+        procs: u32,
+        #[arg(long, default_value_t = 10_000)]
+        threads: u32,
+        #[arg(long, default_value_t = 0.3)]
+        top_duty: f64,
+        #[arg(long, default_value_t = 1.2)]
+        skew: f64,
+        #[arg(long)]
+        seconds: f64,
+    },
+    /// One process of `threads` (started by it).
+    ThreadGroup {
+        #[arg(long)]
+        index: u32,
+        #[arg(long)]
+        procs: u32,
+        #[arg(long)]
+        threads: u32,
+        #[arg(long)]
+        top_duty: f64,
+        #[arg(long)]
+        skew: f64,
         #[arg(long)]
         seconds: f64,
     },
@@ -521,5 +552,20 @@ fn main() {
             churn_per_s,
             seconds,
         } => mix(procs, top_duty, skew, churn_per_s, seconds),
+        Cmd::Threads {
+            procs,
+            threads,
+            top_duty,
+            skew,
+            seconds,
+        } => threads::run(procs.max(1), threads, top_duty, skew, seconds),
+        Cmd::ThreadGroup {
+            index,
+            procs,
+            threads,
+            top_duty,
+            skew,
+            seconds,
+        } => threads::group(index, procs.max(1), threads, top_duty, skew, seconds),
     }
 }

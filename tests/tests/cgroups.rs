@@ -1,0 +1,463 @@
+//! Privileged tests of cgroups and threads on the real kernel: a cgroup made here with
+//! duty-cycle processes in it, against the cgroup's own counters (v1 `cpuacct.usage` and v2
+//! `cpu.stat` usage, both hierarchies of this hybrid machine); a process moving between
+//! cgroups and cgroups removed while shown; 10,000 threads ranked against
+//! /proc/PID/task/TID/schedstat and the exact shadow.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ebee_tests::{Proc, bin, ebee_top, privileged, spawn_guarded};
+use ebee_top::os::cgroup::{CgroupFs, Kind, Want, detect};
+use ebee_top::probes::{ProbeConfig, Probes};
+use ebee_top::source::{Live, Source as _};
+
+const TICK: Duration = Duration::from_millis(50);
+
+/// A cgroup directory made by the test, removed (after its processes) when dropped.
+struct Cg(PathBuf);
+
+impl Cg {
+    fn make(dir: PathBuf) -> Self {
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        Self(dir)
+    }
+
+    fn key(&self) -> u32 {
+        std::fs::metadata(&self.0).unwrap().ino() as u32
+    }
+
+    fn join(&self, pid: u32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} to {}: {e}", self.0.display()));
+    }
+
+    fn remove(&self) -> bool {
+        // A cgroup can be removed once its last process is reaped; that takes a moment.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Cg {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+fn burner(duty: f64) -> Proc {
+    spawn_guarded(Command::new(bin("ebee-load")).args([
+        "burn",
+        "--duty",
+        &duty.to_string(),
+        "--period-ms",
+        "10",
+        "--seconds",
+        "30",
+    ]))
+    .expect("starting ebee-load burn")
+}
+
+/// The hierarchy `want` picks here, if this machine mounts it.
+fn fs(want: Want) -> Option<CgroupFs> {
+    let fs = detect(want);
+    if fs.is_none() {
+        eprintln!("no {want:?} cgroup hierarchy mounted here: that half is not checked");
+    }
+    fs
+}
+
+/// The cgroup's own CPU counter, ns: v1 `cpuacct.usage` (or `cpu`'s `cpuacct.usage` where the
+/// controllers are joined), v2 `cpu.stat` `usage_usec`.
+fn usage_ns(fs: &CgroupFs, dir: &Path) -> u64 {
+    match fs.kind {
+        Kind::V1 { .. } => std::fs::read_to_string(dir.join("cpuacct.usage"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap(),
+        Kind::V2 => {
+            let s = std::fs::read_to_string(dir.join("cpu.stat")).unwrap();
+            let us: u64 = s
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            us * 1000
+        }
+    }
+}
+
+/// Three processes burning 20%, 35% and 50% of a CPU in a cgroup of each hierarchy: over 60
+/// intervals the kernel's per-cgroup sum is within 2% of the cgroup's own counter over the
+/// same window, and every one of them is charged with that cgroup's key.
+#[test]
+fn a_cgroups_cpu_matches_its_own_counter_in_v1_and_v2() {
+    if !privileged("a_cgroups_cpu_matches_its_own_counter_in_v1_and_v2") {
+        return;
+    }
+    let me = std::process::id();
+    let hierarchies: Vec<(Want, CgroupFs)> = [Want::V1, Want::V2]
+        .into_iter()
+        .filter_map(|w| fs(w).map(|f| (w, f)))
+        .collect();
+    assert!(
+        !hierarchies.is_empty(),
+        "no cgroup hierarchy at all: this kind of machine mounts v1 and v2"
+    );
+    let cgs: Vec<Cg> = hierarchies
+        .iter()
+        .map(|(_, f)| Cg::make(f.mount.join(format!("ebee-test-{me}-acct"))))
+        .collect();
+    let burners: Vec<Proc> = [0.2, 0.35, 0.5].into_iter().map(burner).collect();
+    for b in &burners {
+        for cg in &cgs {
+            cg.join(b.pid());
+        }
+    }
+    for ((want, fs), cg) in hierarchies.iter().zip(&cgs) {
+        let mut p = Probes::load(
+            ProbeConfig {
+                cgroups: *want,
+                ..Default::default()
+            },
+            TICK,
+        )
+        .expect("loading the eBPF programs");
+        assert_eq!(p.cgroup_fs().map(|f| &f.kind), Some(&fs.kind));
+        std::thread::sleep(Duration::from_millis(200));
+        p.drain().unwrap();
+        let key = cg.key();
+        let before = usage_ns(fs, &cg.0);
+        let mut ours = 0u64;
+        let mut after = before;
+        let n = 60;
+        for i in 0..n {
+            std::thread::sleep(TICK);
+            if i == n - 1 {
+                after = usage_ns(fs, &cg.0);
+            }
+            let raw = p.drain().unwrap();
+            ours += raw
+                .cgroups
+                .cgroups
+                .iter()
+                .filter(|c| c.key == key)
+                .map(|c| c.cpu_ns)
+                .sum::<u64>();
+            for b in &burners {
+                if let Some(r) = raw.rows.iter().find(|r| r.tgid == b.pid()) {
+                    assert_eq!(
+                        r.aux,
+                        key,
+                        "{want:?}: pid {} charged to another cgroup",
+                        b.pid()
+                    );
+                }
+            }
+            assert_eq!(raw.cgroups.evictions, 0, "a few cgroups fit the sketch");
+        }
+        let truth = after - before;
+        eprintln!(
+            "{want:?} ({}): ours {ours} ns, the cgroup's own {truth} ns",
+            fs.label()
+        );
+        assert!(truth > 1_000_000_000, "{want:?}: only {truth} ns burned");
+        let err = (ours as f64 - truth as f64).abs() / truth as f64;
+        assert!(
+            err <= 0.02,
+            "{want:?}: {ours} ns against the cgroup's {truth} ns ({:.2}% off)",
+            err * 100.0
+        );
+    }
+    drop(burners);
+}
+
+/// Through the live source (the hierarchy chosen on its own): a cgroup whose name is not
+/// UTF-8 shows with the odd byte escaped, and its process carries that path; the process
+/// moves to another cgroup and its path follows; both cgroups are removed while shown and are
+/// reported removed. Nothing panics.
+#[test]
+fn a_process_moves_and_cgroups_are_removed_while_shown() {
+    if !privileged("a_process_moves_and_cgroups_are_removed_while_shown") {
+        return;
+    }
+    let Some(fs) = fs(Want::Auto) else {
+        panic!("no cgroup hierarchy mounted: this kind of machine has them");
+    };
+    let me = std::process::id();
+    let mut odd = format!("ebee-test-{me}-a").into_bytes();
+    odd.push(0xff);
+    let a = Cg::make(fs.mount.join(std::ffi::OsStr::from_bytes(&odd)));
+    let b = Cg::make(fs.mount.join(format!("ebee-test-{me}-b")));
+    let (path_a, path_b) = (
+        format!("/ebee-test-{me}-a\\xff"),
+        format!("/ebee-test-{me}-b"),
+    );
+    let burn = burner(0.3);
+    a.join(burn.pid());
+    let mut live = Live::start(ProbeConfig::default(), TICK).expect("loading");
+    // Until `f` holds for a Batch, at most `secs` seconds.
+    let mut until = |secs: u64, f: &mut dyn FnMut(&ebee_top::batch::Batch) -> bool| {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            let bt = live.next_batch().unwrap().unwrap();
+            if f(&bt) {
+                return true;
+            }
+        }
+        false
+    };
+    let cg_of = |bt: &ebee_top::batch::Batch, pid: u32| {
+        bt.procs
+            .iter()
+            .find(|p| p.pid == pid)
+            .map(|p| p.cgroup.clone())
+    };
+    let pid = burn.pid();
+    assert!(
+        until(3, &mut |bt| bt.cgroups.iter().any(|c| c.path == path_a)
+            && cg_of(bt, pid).as_deref() == Some(path_a.as_str())),
+        "the first cgroup {path_a} and its process never showed"
+    );
+    b.join(pid);
+    assert!(
+        until(3, &mut |bt| bt.cgroups.iter().any(|c| c.path == path_b)
+            && cg_of(bt, pid).as_deref() == Some(path_b.as_str())),
+        "the process never showed in {path_b} after the move"
+    );
+    let ids = [u64::from(a.key()), u64::from(b.key())];
+    drop(burn);
+    assert!(a.remove() && b.remove(), "rmdir of the test's cgroups");
+    let mut removed = Vec::new();
+    until(4, &mut |bt| {
+        removed.extend(bt.cgroups_removed.iter().copied());
+        ids.iter().all(|i| removed.contains(i))
+    });
+    assert!(
+        ids.iter().all(|i| removed.contains(i)),
+        "removed cgroups {ids:?} were not reported (got {removed:?})"
+    );
+}
+
+/// `-H` in batch JSON: `cpu[]` rows are threads with `tid`, the busiest thread of a
+/// two-thread process first; `--cgroups off` leaves cgroups out.
+#[test]
+fn batch_json_with_threads_and_without_cgroups() {
+    if !privileged("batch_json_with_threads_and_without_cgroups") {
+        return;
+    }
+    let load = spawn_guarded(
+        Command::new(bin("ebee-load"))
+            .args([
+                "threads",
+                "--procs",
+                "1",
+                "--threads",
+                "2",
+                "--top-duty",
+                "0.9",
+                "--skew",
+                "3",
+                "--seconds",
+                "20",
+            ])
+            .stdout(std::process::Stdio::null()),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, out, err) = ebee_top(&[
+        "-b",
+        "-H",
+        "--format",
+        "json",
+        "-n",
+        "10",
+        "--cgroups",
+        "off",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last["cgroup_stats"]["available"], false);
+    assert!(last["cgroups"].as_array().unwrap().is_empty());
+    let first = &last["cpu"][0];
+    assert!(first["tid"].is_u64(), "{first}");
+    assert!(first.get("cgroup").is_none());
+    assert!(
+        lines
+            .iter()
+            .skip(1)
+            .all(|l| l["cgroup_stats"]["threads"] == true),
+        "every interval after the first is a thread interval"
+    );
+    drop(load);
+}
+
+/// Every thread's on-CPU ns of a process, from /proc/PID/task/*/schedstat.
+fn thread_ns(pids: &[u32]) -> HashMap<u32, u64> {
+    let mut out = HashMap::new();
+    for pid in pids {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in rd.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(ns) = std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            {
+                out.insert(tid, ns);
+            }
+        }
+    }
+    out
+}
+
+fn top_k(v: &HashMap<u32, u64>, k: usize) -> Vec<u32> {
+    let mut rows: Vec<(u32, u64)> = v.iter().map(|(a, b)| (*a, *b)).collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    rows.into_iter().take(k).map(|r| r.0).collect()
+}
+
+fn precision(ours: &[u32], truth: &[u32]) -> f64 {
+    let hit = ours.iter().filter(|t| truth.contains(t)).count();
+    hit as f64 / truth.len().max(1) as f64
+}
+
+/// 10,000 threads over 20 processes with Zipf-skewed duty cycles: the thread sketch's ranking
+/// over 10 s against /proc/PID/task/TID/schedstat over the same window, and each interval's
+/// against the exact shadow, at k = 1..30.
+#[test]
+fn ten_thousand_threads_rank_like_schedstat() {
+    if !privileged("ten_thousand_threads_rank_like_schedstat") {
+        return;
+    }
+    let load = spawn_guarded(
+        Command::new(bin("ebee-load"))
+            .args([
+                "threads",
+                "--procs",
+                "20",
+                "--threads",
+                "10000",
+                "--seconds",
+                "60",
+            ])
+            .stdout(std::process::Stdio::null()),
+    )
+    .unwrap();
+    // The groups are the load's children; wait until all their threads run.
+    let children = |pid: u32| -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|s| s.parse().ok())
+            .collect()
+    };
+    let start = Instant::now();
+    let groups = loop {
+        let g = children(load.pid());
+        let threads: usize = g
+            .iter()
+            .map(|p| {
+                std::fs::read_dir(format!("/proc/{p}/task"))
+                    .map(|d| d.count())
+                    .unwrap_or(0)
+            })
+            .sum();
+        if g.len() == 20 && threads >= 10_000 {
+            break g;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "only {threads} threads in {} groups after 30 s",
+            g.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut p = Probes::load(
+        ProbeConfig {
+            shadow: true,
+            ..Default::default()
+        },
+        TICK,
+    )
+    .expect("loading the eBPF programs");
+    p.set_threads(true).unwrap();
+    // Let every thread run a whole period first (200-290 ms), then the first whole interval.
+    std::thread::sleep(Duration::from_millis(600));
+    p.drain().unwrap();
+    p.drain().unwrap();
+    let before = thread_ns(&groups);
+    let n = 200;
+    let mut ours: HashMap<u32, u64> = HashMap::new();
+    let ks = [1usize, 5, 10, 20, 30];
+    let mut per_interval = vec![0.0f64; ks.len()];
+    let (mut evicted, mut charged) = (0u64, 0u64);
+    for _ in 0..n {
+        std::thread::sleep(TICK);
+        let raw = p.drain().unwrap();
+        let t = raw
+            .cgroups
+            .threads
+            .expect("threads on for the whole interval");
+        let exact = raw.cgroups.threads_exact.expect("the exact shadow");
+        evicted += raw.cgroups.thread_evicted_ns;
+        charged += exact.iter().map(|r| r.ns).sum::<u64>();
+        for r in &t {
+            *ours.entry(r.tgid).or_default() += r.ns;
+        }
+        let mine: HashMap<u32, u64> = t.iter().map(|r| (r.tgid, r.ns)).collect();
+        let truth: HashMap<u32, u64> = exact.iter().map(|r| (r.tgid, r.ns)).collect();
+        for (i, &k) in ks.iter().enumerate() {
+            let k = k.min(truth.len());
+            per_interval[i] += precision(&top_k(&mine, k), &top_k(&truth, k));
+        }
+    }
+    let after = thread_ns(&groups);
+    let truth: HashMap<u32, u64> = after
+        .iter()
+        .map(|(t, a)| (*t, a - before.get(t).copied().unwrap_or(0)))
+        .collect();
+    // Ranked among the load's threads (the machine's others are in the sketch too).
+    ours.retain(|tid, _| truth.contains_key(tid));
+    let mut report = Vec::new();
+    for (i, &k) in ks.iter().enumerate() {
+        let window = precision(&top_k(&ours, k), &top_k(&truth, k));
+        let interval = per_interval[i] / f64::from(n);
+        report.push(format!(
+            "k={k}: window {:.1}%, per interval {:.1}%",
+            window * 100.0,
+            interval * 100.0
+        ));
+        eprintln!("{}", report.last().unwrap());
+        // Against the shadow each interval, and against schedstat over the window.
+        assert!(interval >= 0.97, "{report:?}");
+        assert!(window >= 0.96, "{report:?}");
+    }
+    eprintln!(
+        "{evicted} ns of {charged} evicted over {n} intervals ({:.1}%)",
+        evicted as f64 * 100.0 / charged.max(1) as f64
+    );
+    drop(load);
+}
