@@ -69,17 +69,38 @@ pub fn run(rounds: u32, round_trips: u64) -> Result<()> {
         )?;
     }
     let st = &v["bpf_stats"];
+    let floor = num(&st["floor_ns_per_run"]);
     writeln!(
         body,
-        "\nKernel BPF statistics, one more run of each with statistics on: the empty program \
-         {:.0} ns per run ({} runs), ebee-top's `sched_switch` {:.0} ns per run ({} runs). \
-         Both include the statistics' own clock reads; their difference, {:+.0} ns, is what \
-         ebee-top's program body costs over an empty program.\n",
-        num(&st["floor_ns_per_run"]),
+        "\nKernel BPF statistics, {} more runs of each with statistics on, interleaved \
+         (medians): the empty program {:.0} ns per run ({} runs), ebee-top's `sched_switch` \
+         {:.0} ns per run ({} runs). Both include the statistics' own clock reads; their \
+         difference, {:+.0} ns, is what ebee-top's program body costs over an empty program.\n",
+        st["reps"],
+        floor,
         st["floor_runs"],
         num(&st["sched_switch_ns_per_run"]),
         st["sched_switch_runs"],
-        num(&st["sched_switch_ns_per_run"]) - num(&st["floor_ns_per_run"]),
+        num(&st["sched_switch_ns_per_run"]) - floor,
     )?;
+    table_head(
+        &mut body,
+        &[
+            "sched_switch loaded with",
+            "ns per run",
+            "over the empty program",
+        ],
+    )?;
+    for (name, k) in [
+        ("cgroups off (`--cgroups off`)", "cgroups_off_ns_per_run"),
+        ("cgroups on (the default)", "sched_switch_ns_per_run"),
+        (
+            "cgroups on, per-thread mode on (`-H`)",
+            "threads_ns_per_run",
+        ),
+    ] {
+        let ns = num(&st[k]);
+        writeln!(body, "| {name} | {ns:.0} | {:+.0} |", ns - floor)?;
+    }
     publish("switch", &body)
 }

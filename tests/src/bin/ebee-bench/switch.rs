@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use ebee_shared::prog_names;
+use ebee_top::os::cgroup::Want;
 use ebee_top::probes::{ProbeConfig, Probes};
 use serde_json::json;
 
@@ -41,28 +42,57 @@ fn pingpong(mut probes: Option<&mut Probes>, round_trips: u64) -> anyhow::Result
     }
 }
 
-/// Program run time per switch, from the kernel's BPF statistics: one run with the empty
-/// floor program, one with ebee-top's.
-fn bpf_stats(round_trips: u64) -> anyhow::Result<serde_json::Value> {
-    let f = ebee_top::probes::SwitchFloor::attach(true)?;
-    pingpong(None, round_trips)?;
-    let floor = f.stats();
-    drop(f);
+/// `sched_switch`'s run time per switch over one ping-pong run with BPF statistics on, loaded
+/// with `cgroups` and the per-thread mode `threads`.
+fn switch_ns_per_run(cgroups: Want, threads: bool, round_trips: u64) -> anyhow::Result<(f64, u64)> {
     let mut p = Probes::load(
         ProbeConfig {
             bpf_stats: true,
+            cgroups,
             ..Default::default()
         },
         Duration::from_millis(50),
     )?;
+    p.set_threads(threads)?;
     let before = p.prog_stats_of(prog_names::SCHED_SWITCH);
     pingpong(Some(&mut p), round_trips)?;
     let after = p.prog_stats_of(prog_names::SCHED_SWITCH);
+    let runs = after.run_count - before.run_count;
+    Ok((ns_per_run(after.run_ns - before.run_ns, runs), runs))
+}
+
+/// Program run time per switch, from the kernel's BPF statistics: the empty floor program,
+/// and ebee-top's with cgroups off, on (the default) and with the per-thread mode too;
+/// `reps` runs of each, interleaved, medians.
+fn bpf_stats(round_trips: u64, reps: u32) -> anyhow::Result<serde_json::Value> {
+    let mut floor = Vec::new();
+    let mut runs = (0, 0);
+    let (mut off, mut on, mut threads) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let f = ebee_top::probes::SwitchFloor::attach(true)?;
+        pingpong(None, round_trips)?;
+        let st = f.stats();
+        drop(f);
+        floor.push(ns_per_run(st.run_ns, st.run_count));
+        runs.0 = st.run_count;
+        off.push(switch_ns_per_run(Want::Off, false, round_trips)?.0);
+        let (ns, n) = switch_ns_per_run(Want::Auto, false, round_trips)?;
+        on.push(ns);
+        runs.1 = n;
+        threads.push(switch_ns_per_run(Want::Auto, true, round_trips)?.0);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
     Ok(json!({
-        "floor_ns_per_run": ns_per_run(floor.run_ns, floor.run_count),
-        "floor_runs": floor.run_count,
-        "sched_switch_ns_per_run": ns_per_run(after.run_ns - before.run_ns, after.run_count - before.run_count),
-        "sched_switch_runs": after.run_count - before.run_count,
+        "reps": reps,
+        "floor_ns_per_run": median(floor),
+        "floor_runs": runs.0,
+        "sched_switch_ns_per_run": median(on),
+        "sched_switch_runs": runs.1,
+        "cgroups_off_ns_per_run": median(off),
+        "threads_ns_per_run": median(threads),
     }))
 }
 
@@ -100,7 +130,7 @@ pub fn switch_cost(round_trips: u64, rounds: u32) -> anyhow::Result<serde_json::
         )?;
         res[4].push(pingpong(Some(&mut p), round_trips)?);
     }
-    let stats = bpf_stats(round_trips)?;
+    let stats = bpf_stats(round_trips, rounds.clamp(1, 3))?;
     drop(sleeper);
     Ok(json!({
         "round_trips": round_trips,
