@@ -23,7 +23,7 @@
 use prometheus_client::registry::Unit;
 
 use super::exposition::{Family, Kind, Snapshot, Value};
-use super::{own, pinned, process, servers};
+use super::{cgroups, own, pinned, process, servers};
 use crate::batch::Batch;
 
 /// One part of the metrics: its own cumulative state, folded from every Batch.
@@ -51,6 +51,7 @@ impl Meter {
                 Box::new(process::Processes::new(k)),
                 Box::new(pinned::Pinned::default()),
                 Box::new(servers::Servers::new(k)),
+                Box::new(cgroups::Cgroups::new(k)),
             ],
             queue_dropped: 0,
         }
@@ -178,6 +179,16 @@ mod tests {
             });
         }
         b.servers_stats.available = true;
+        for i in 0..3 * u64::from(k) {
+            b.cgroups.push(crate::batch::cgroup::CgroupRow {
+                id: 9000 + i,
+                path: format!("/c{i}"),
+                cpu_ns: 1,
+                wait_ns: 1,
+                rss_bytes: Some(1),
+            });
+        }
+        b.cgroup_stats.available = true;
         for pid in 1..=8 {
             b.qos.procs.push(QosSample {
                 pid,
@@ -205,10 +216,13 @@ mod tests {
         assert_eq!(count("ebee_server_"), k as usize * 57);
         // 3 counters and a histogram of 53 buckets, +Inf, sum and count per pin.
         assert_eq!(count("ebee_pinned_"), 8 * 59);
+        // CPU, wait and memory per cgroup.
+        assert_eq!(count("ebee_cgroup_"), 3 * k as usize);
         let own = text.lines().filter(|l| !l.starts_with('#')).count()
             - count("ebee_process_")
             - count("ebee_pinned_")
-            - count("ebee_server_");
+            - count("ebee_server_")
+            - count("ebee_cgroup_");
         assert_eq!(own, 33, "{text}");
     }
 

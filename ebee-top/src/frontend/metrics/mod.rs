@@ -11,6 +11,7 @@
 //! is one line and exit code 9. [`meter`] holds the fold and the extension point for new
 //! pipelines' metrics; [`exposition`] the formats; [`http`] the server and its limits.
 
+mod cgroups;
 pub mod exposition;
 pub mod histogram;
 pub mod http;
