@@ -247,3 +247,55 @@ fn a_small_terminal_gets_a_message_not_a_panic() {
     t.keys(&["q"]);
     assert_eq!(t.ended().0, "0");
 }
+
+/// `C` shows the cgroups table (the root at least, where this test's processes run unless a
+/// cgroup holds them) and back; `H` turns the live source's per-thread mode on: a process of
+/// two burning threads shows as two rows named by thread, with `TID` in the header.
+#[test]
+fn cgroups_and_threads_keys_on_the_real_screen() {
+    if !privileged("cgroups_and_threads_keys_on_the_real_screen") {
+        return;
+    }
+    let load = ebee_tests::spawn_guarded(
+        std::process::Command::new(bin("ebee-load"))
+            .args([
+                "threads",
+                "--procs",
+                "1",
+                "--threads",
+                "2",
+                "--top-duty",
+                "0.6",
+                "--skew",
+                "0.5",
+                "--seconds",
+                "60",
+            ])
+            .stdout(std::process::Stdio::null()),
+    )
+    .unwrap();
+    let t = Tmux::start("cg", 140, 40, "-d 0.05");
+    // The first Batches have come when the load's rows are up.
+    t.wait("the table with the load", |s| {
+        s.contains("ebee-load thread")
+    });
+    t.keys(&["C"]);
+    let s = t.wait("the cgroups table", |s| s.contains("CGROUPS ("));
+    assert!(s.contains("%CPU") && s.contains("CGROUP"), "{s}");
+    t.keys(&["C"]);
+    t.wait("the processes again", |s| s.contains("BURST"));
+    t.keys(&["H"]);
+    let s = t.wait("thread rows", |s| {
+        s.contains("    TID") && s.contains("ebee-load (")
+    });
+    assert!(s.contains("THREAD (PID: COMMAND)"), "{s}");
+    t.keys(&["H"]);
+    t.wait("process rows", |s| {
+        s.contains("    PID") && s.contains("COMMAND")
+    });
+    t.keys(&["q"]);
+    let (status, alt, _) = t.ended();
+    assert_eq!(status, "0", "exit status; screen:\n{}", t.capture());
+    assert_eq!(alt, "0");
+    drop(load);
+}

@@ -209,12 +209,20 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 }
             }
             let (rx, tx) = m.servers.net_rate(e.key.pid).unwrap_or_default();
+            // Socket bytes are per process too.
+            let net_cell = |v: f64| {
+                Cell::from(if threads {
+                    format!("{:>6}", "-")
+                } else {
+                    format!("{:>6}", rate(v))
+                })
+            };
             match net {
                 IoCols::None => {}
-                IoCols::Sum => cells.push(Cell::from(format!("{:>6}", rate(rx + tx)))),
+                IoCols::Sum => cells.push(net_cell(rx + tx)),
                 IoCols::Both => {
-                    cells.push(Cell::from(format!("{:>6}", rate(rx))));
-                    cells.push(Cell::from(format!("{:>6}", rate(tx))));
+                    cells.push(net_cell(rx));
+                    cells.push(net_cell(tx));
                 }
             }
             if cg {
