@@ -28,6 +28,8 @@ pub struct CgroupSide {
     mem: HashMap<u32, (Instant, Option<u64>)>,
     /// pid -> its cgroup path (the kernel's, or /proc's when not charged lately).
     of_pid: HashMap<u32, String>,
+    /// pid -> the kernel key its path in `of_pid` is of (absent: from /proc).
+    key_of_pid: HashMap<u32, u32>,
     /// key -> (path, last charged) of cgroups charged lately.
     recent: HashMap<u32, (String, Instant)>,
     removed_checked: Instant,
@@ -42,6 +44,7 @@ impl CgroupSide {
             fs,
             mem: HashMap::new(),
             of_pid: HashMap::new(),
+            key_of_pid: HashMap::new(),
             recent: HashMap::new(),
             removed_checked: Instant::now(),
             thread_names: HashMap::new(),
@@ -51,6 +54,7 @@ impl CgroupSide {
     /// A process exec'd or exited: forget its cgroup and its threads' names.
     pub fn forget(&mut self, pid: u32) {
         self.of_pid.remove(&pid);
+        self.key_of_pid.remove(&pid);
     }
 
     fn path(&mut self, key: u32) -> String {
@@ -66,9 +70,14 @@ impl CgroupSide {
             return;
         }
         for r in rows.iter().filter(|r| r.aux != 0) {
+            // Only a new process, or one that moved, costs a lookup and a string.
+            if self.key_of_pid.get(&r.tgid) == Some(&r.aux) {
+                continue;
+            }
             let p = self.path(r.aux);
             if !p.is_empty() {
                 self.of_pid.insert(r.tgid, p);
+                self.key_of_pid.insert(r.tgid, r.aux);
             }
         }
     }
@@ -89,6 +98,7 @@ impl CgroupSide {
     /// Exec and exit events were lost: a cached cgroup may be a dead process's.
     pub fn clear(&mut self) {
         self.of_pid.clear();
+        self.key_of_pid.clear();
     }
 
     /// The cgroup rows, stats and removals of one interval.
