@@ -102,6 +102,79 @@ fn servers(dir: &Path) -> Result<Vec<Kill>> {
     Ok(v)
 }
 
+/// Demo cgroups for the cgroups screen, in the hierarchy ebee-top follows by default (the v1
+/// cpuacct one on a hybrid machine, else v2): the workload's processes are moved in, and the
+/// directories are removed when dropped (after the processes, which are dropped first).
+struct DemoCgroups(Vec<std::path::PathBuf>);
+
+impl DemoCgroups {
+    /// `(name, pids)`: a cgroup `/ebee-demo.slice/<name>` holding `pids`.
+    fn make(groups: &[(&str, Vec<u32>)]) -> Result<Self> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let mount = |want: &dyn Fn(&str, &str) -> bool| {
+            info.lines().find_map(|l| {
+                let (pre, post) = l.split_once(" - ")?;
+                let mp = pre.split(' ').nth(4)?;
+                let mut f = post.split(' ');
+                let (fs, opts) = (f.next()?, f.nth(1)?);
+                want(fs, opts).then(|| std::path::PathBuf::from(mp))
+            })
+        };
+        let root = mount(&|fs, o| fs == "cgroup" && o.split(',').any(|c| c == "cpuacct"))
+            .or_else(|| mount(&|fs, _| fs == "cgroup2"))
+            .context("no cgroup hierarchy mounted")?;
+        let slice = root.join("ebee-demo.slice");
+        let mut dirs = vec![slice.clone()];
+        std::fs::create_dir_all(&slice)?;
+        for (name, pids) in groups {
+            let d = slice.join(name);
+            std::fs::create_dir_all(&d)?;
+            for pid in pids {
+                std::fs::write(d.join("cgroup.procs"), pid.to_string())
+                    .with_context(|| format!("moving {pid} to {}", d.display()))?;
+            }
+            dirs.insert(0, d);
+        }
+        Ok(Self(dirs))
+    }
+}
+
+impl Drop for DemoCgroups {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            // What is left in them (a load's orphaned children) goes too.
+            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            }
+        }
+        for d in &self.0 {
+            for _ in 0..50 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// `pid` and its children (once it has started them).
+fn with_children(pid: u32) -> Vec<u32> {
+    std::thread::sleep(Duration::from_millis(300));
+    let mut v = vec![pid];
+    v.extend(
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|s| s.parse::<u32>().ok()),
+    );
+    v
+}
+
 fn load(args: &[&str]) -> Result<Kill> {
     let c = Command::new(util::root().join("target/release/ebee-load"))
         .args(args)
@@ -233,6 +306,30 @@ pub fn run() -> Result<()> {
     let pin = format!("-p {}", sleeper.0.id());
     let dir = tempfile_dir()?;
     let _servers = servers(&dir)?;
+    let threads = load(&[
+        "threads",
+        "--procs",
+        "1",
+        "--threads",
+        "6",
+        "--top-duty",
+        "0.5",
+        "--skew",
+        "1",
+        "--seconds",
+        "600",
+    ])?;
+    // Dropped before the processes (declared after them): the directories go once they are
+    // empty.
+    let _cgroups = DemoCgroups::make(&[
+        ("batch-job.service", vec![_busy.0.id()]),
+        ("bursty.service", vec![_bursts.0.id()]),
+        (
+            "redis.service",
+            _servers.first().map(|k| k.0.id()).into_iter().collect(),
+        ),
+        ("threads.service", with_children(threads.0.id())),
+    ])?;
     let shots = [
         Shot {
             name: "main-80x24",
@@ -261,6 +358,20 @@ pub fn run() -> Result<()> {
             h: 30,
             args: String::new(),
             keys: &["S"],
+        },
+        Shot {
+            name: "cgroups-120x30",
+            w: 120,
+            h: 30,
+            args: String::new(),
+            keys: &["C"],
+        },
+        Shot {
+            name: "threads-120x30",
+            w: 120,
+            h: 30,
+            args: "-H".into(),
+            keys: &["/", "ebee-load", "Enter"],
         },
         Shot {
             name: "help-100x30",

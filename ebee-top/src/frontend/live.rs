@@ -48,6 +48,7 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
         .context("starting the host thread")?;
     let mut app = App::new(cli.top as usize, cli.delay);
     app.users = crate::os::details::users();
+    app.threads = cli.threads;
     for pid in &cli.pids {
         app.model.table.pin_pid(*pid);
     }

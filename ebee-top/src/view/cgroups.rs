@@ -10,7 +10,7 @@ use ratatui::{
 };
 
 use crate::app::App;
-use crate::view::cpu_table::{bytes, row_mark};
+use crate::view::cpu_table::{bytes, pct5, row_mark};
 use crate::view::theme::{Theme, border_set};
 
 pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
@@ -30,10 +30,10 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             Row::new(vec![
                 Cell::from(flag),
                 Cell::from(format!("{:>6.1}", g.cpu_pct)),
-                Cell::from(if waits {
-                    format!("{:>5.1}", g.wait_pct)
-                } else {
+                Cell::from(if !waits {
                     format!("{:>5}", "n/a")
+                } else {
+                    pct5(g.wait_pct)
                 }),
                 Cell::from(format!(
                     "{:>6}",

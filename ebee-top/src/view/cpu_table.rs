@@ -70,6 +70,15 @@ fn burst_cols(width: u16, extra: u16) -> usize {
     (width.saturating_sub(49 + extra) as usize / 2).clamp(8, 200)
 }
 
+/// A percentage in 5 characters: `12.3`, or whole from 1000 on (many threads at once).
+pub(super) fn pct5(v: f64) -> String {
+    if v >= 999.95 {
+        format!("{v:>5.0}")
+    } else {
+        format!("{v:>5.1}")
+    }
+}
+
 /// Bytes per second in 6 characters: `980K`, `12.3M`; `0` when nothing moved.
 pub(super) fn rate(bps: f64) -> String {
     if bps < 1.0 {
@@ -181,7 +190,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                     // Waits and disk bytes are measured per process, not per thread.
                     format!("{:>5}", "-")
                 } else if waits {
-                    format!("{:>5.1}", e.wait_pct)
+                    pct5(e.wait_pct)
                 } else {
                     format!("{:>5}", "n/a")
                 }),
