@@ -96,6 +96,7 @@ pub mod map_names {
     pub const QOS_FDS: &str = "QOS_FDS";
     pub const QOS_PIN_BITS: &str = "QOS_PIN_BITS";
     pub const QOS_OPEN: &str = "QOS_OPEN";
+    pub const QOS_STACKS: &str = "QOS_STACKS";
     pub const QOS_PORTS: &str = "QOS_PORTS";
     pub const QOS_RUNQ: &str = "QOS_RUNQ";
     pub const MEM_CPU: &str = "MEM_CPU";

@@ -49,6 +49,50 @@ pub const fn open_slot(regs: u64) -> usize {
     (((regs >> 14) ^ (regs >> 29)) as usize) & (OPEN_SLOTS - 1)
 }
 
+/// Entries of the unpinned-stack cache `QOS_STACKS` (a power of two).
+pub const STACK_SLOTS: usize = 1 << 13;
+/// Low bits of a [`StackCache`] entry that hold the pin generation. A `struct pt_regs`
+/// address, less a fixed map address, keeps the bits above them: kernel stacks are 16 KiB
+/// apart at least, so two live threads never share those.
+pub const STACK_GEN_MASK: u64 = (1 << 14) - 1;
+
+/// Kernel stacks whose thread `sys_enter` found unpinned, so their later syscalls skip the
+/// pin check (a helper call for the tgid and the bitmap): entry [`stack_slot`]`(d)` is
+/// [`stack_entry`]`(d, gen)`, `d` the thread's `pt_regs` address less this value's address.
+/// An entry counts only while `generation` is the one it was made under. Userspace writes a new
+/// `generation` (never 0 in the low 14 bits) with all entries zeroed after every new pin table, so
+/// a thread checks again once after each pin change; the exit of a thread zeroes its entry,
+/// before its stack can go to a new thread. Only "unpinned" is cached: a pinned thread takes
+/// the full check every time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackCache {
+    pub generation: u64,
+    /// Keeps `generation` on a cache line of its own: entries are written by every CPU.
+    pub pad: [u64; 7],
+    pub e: [u64; STACK_SLOTS],
+}
+
+/// Entry of [`StackCache`] for the difference `d` of a thread's `pt_regs` and the cache's
+/// address.
+#[inline(always)]
+pub const fn stack_slot(d: u64) -> usize {
+    (((d >> 14) ^ (d >> 27)) as usize) & (STACK_SLOTS - 1)
+}
+
+/// The value of a thread's [`StackCache`] entry while generation `gen` lasts.
+#[inline(always)]
+pub const fn stack_entry(d: u64, gen_: u64) -> u64 {
+    (d & !STACK_GEN_MASK) | (gen_ & STACK_GEN_MASK)
+}
+
+/// The generation that follows `gen_`, skipping those with 0 in the low bits (an entry of a
+/// live thread is then never 0, the value of an empty entry).
+pub const fn next_stack_gen(gen_: u64) -> u64 {
+    let g = gen_.wrapping_add(1);
+    if g & STACK_GEN_MASK == 0 { g + 1 } else { g }
+}
+
 /// Words of the pinned-process bitmap `QOS_PIN_BITS`, one bit per possible tgid: Linux's
 /// `PID_MAX_LIMIT` on 64-bit is 2^22, so 65,536 words (512 KiB). The bitmap is the first,
 /// cheap filter every syscall of every process goes through while something is pinned.
@@ -389,12 +433,31 @@ mod tests {
         assert_eq!(core::mem::size_of::<PinTable>(), 8 * MAX_PINS);
         assert_eq!(core::mem::size_of::<Offsets>(), 48);
         assert_eq!(core::mem::size_of::<OpenStacks>(), OPEN_SLOTS);
+        assert_eq!(core::mem::size_of::<StackCache>(), 64 + 8 * STACK_SLOTS);
+        assert!(STACK_SLOTS.is_power_of_two());
         assert!(OPEN_SLOTS.is_power_of_two());
         assert_eq!(core::mem::size_of::<SysTable>(), 24 * NR_SLOTS);
         assert_eq!(core::mem::size_of::<HistTable>(), 4 * BUCKETS * SYS_HISTS);
         assert_eq!(core::mem::size_of::<HistIdx>(), 8 * NR_SLOTS);
         assert!(NR_SLOTS.is_power_of_two() && SYS_HISTS.is_power_of_two());
         assert!(THREAD_SLOTS.is_power_of_two());
+    }
+
+    #[test]
+    fn stack_entries_are_never_empty_and_tell_stacks_and_generations_apart() {
+        let mut g = 0;
+        for _ in 0..3 * (STACK_GEN_MASK + 1) {
+            g = next_stack_gen(g);
+            assert_ne!(g & STACK_GEN_MASK, 0);
+        }
+        // Two stacks 16 KiB apart (the closest two can be), same offset in each.
+        let (a, b) = (0xffff_c900_0123_7f58u64, 0xffff_c900_0123_bf58u64);
+        for d in [a, b, a.wrapping_sub(0xffff_8880_0000_0000)] {
+            assert_ne!(stack_entry(d, 1), 0);
+        }
+        assert_ne!(stack_entry(a, 1), stack_entry(b, 1));
+        assert_ne!(stack_entry(a, 1), stack_entry(a, next_stack_gen(1)));
+        assert_ne!(stack_slot(a), stack_slot(b));
     }
 
     #[test]

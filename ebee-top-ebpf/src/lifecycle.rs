@@ -18,6 +18,9 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
 /// Nothing here can fail: a full ring buffer is a loss, counted as one.
 #[inline(always)]
 fn try_sched_process_exit(ctx: &BtfTracePointContext) -> Result<u32, i64> {
+    if crate::qos::forget_stack(ctx.arg(0)).is_err() {
+        count_drop(ebee_shared::drops::PROG_ERRORS);
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, pid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     let last = if global(&EXIT_HAS_GROUP_DEAD) != 0 {

@@ -167,7 +167,13 @@ pub static QOS_FDS: Array<ebee_shared::qos::Conn> = Array::with_max_entries(
 #[map]
 pub static QOS_OPEN: Array<ebee_shared::qos::OpenStacks> = Array::with_max_entries(1, 0);
 
-/// One bit per tgid, set for the pinned processes: the first check of every `sys_enter`.
+/// Kernel stacks of threads `sys_enter` found unpinned (`ebee_shared::qos::StackCache`): the
+/// first check of every `sys_enter`.
+#[map]
+pub static QOS_STACKS: Array<ebee_shared::qos::StackCache> = Array::with_max_entries(1, 0);
+
+/// One bit per tgid, set for the pinned processes: the check of `sys_enter` on a thread the
+/// stack cache does not know.
 #[map]
 pub static QOS_PIN_BITS: Array<u64> = Array::with_max_entries(ebee_shared::qos::PIN_BIT_WORDS, 0);
 

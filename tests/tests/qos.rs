@@ -307,6 +307,35 @@ fn an_exited_pin_is_reported_once_then_dropped_and_hooks_come_off() {
 }
 
 #[test]
+fn a_process_pinned_after_running_unpinned_under_the_hooks_is_followed() {
+    if !privileged("a_process_pinned_after_running_unpinned_under_the_hooks_is_followed") {
+        return;
+    }
+    // `sys_enter` caches the stacks of threads it found unpinned; a new pin must end that.
+    let mut live = Live::start(ProbeConfig::default(), TICK).expect("loading eBPF");
+    let a = load(&["sleeper", "--ms", "5"]);
+    live.set_pins(&[a.pid()]).unwrap();
+    let b = load(&["sleeper", "--ms", "5"]);
+    for _ in 0..5 {
+        let batch = live.next_batch().unwrap().unwrap();
+        assert!(batch.qos.procs.iter().all(|s| s.pid != b.pid()));
+    }
+    live.set_pins(&[a.pid(), b.pid()]).unwrap();
+    let mut b_calls = 0;
+    for _ in 0..10 {
+        let batch = live.next_batch().unwrap().unwrap();
+        for s in batch.qos.procs.iter().filter(|s| s.pid == b.pid()) {
+            b_calls += s.syscalls.iter().map(|x| x.count).sum::<u64>();
+        }
+    }
+    // 1 s of 5 ms sleeps: about 180 (with each sleep's overshoot).
+    assert!(
+        b_calls > 100,
+        "only {b_calls} syscalls of the new pin in 1 s"
+    );
+}
+
+#[test]
 fn unpinning_detaches_and_a_missing_pid_is_refused() {
     if !privileged("unpinning_detaches_and_a_missing_pid_is_refused") {
         return;

@@ -6,25 +6,30 @@
 //! the runs that write interval data. What a pinned syscall records is below it:
 //! [`latency`] (per-syscall counts and histograms) and [`request`] (the request model).
 //!
-//! Every other process pays the pin check. At `sys_enter`: one helper call for the tgid and
-//! one bit of a bitmap indexed by tgid (an inlined array lookup); only a set bit goes on to
-//! the pin table (eight compares in one cache line) for the slot and generation. At
-//! `sys_exit`: one byte chosen by the thread's `pt_regs` address (its kernel stack), set by
-//! the `sys_enter` of pinned threads, and no helper call when it is 0.
+//! Every other process pays the pin check. At `sys_enter`: one word chosen by the thread's
+//! `pt_regs` address (its kernel stack) in the cache of stacks found unpinned under the
+//! current pin generation (`ebee_shared::qos::StackCache`), and nothing else when it matches.
+//! Otherwise one helper call for the tgid and one bit of a bitmap indexed by tgid (an inlined
+//! array lookup); only a set bit goes on to the pin table (eight compares in one cache line)
+//! for the slot and generation, and a clear one fills the cache entry. At `sys_exit`: one byte
+//! chosen by the same address, set by the `sys_enter` of pinned threads, and no helper call
+//! when it is 0.
 
 mod latency;
 mod request;
 pub(crate) mod runq;
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid, macros::btf_tracepoint, programs::BtfTracePointContext,
+    helpers::{bpf_get_current_pid_tgid, bpf_task_pt_regs},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
 };
 use ebee_shared::{
     ctl,
-    qos::{self, MAX_PINS, OPEN_SLOTS, PIN_BIT_WORDS, pin_entry},
+    qos::{self, MAX_PINS, OPEN_SLOTS, PIN_BIT_WORDS, STACK_SLOTS, pin_entry},
 };
 
-use crate::maps::{CTL, QOS_CPU, QOS_OPEN, QOS_PIN, QOS_PIN_BITS, QOS_PINS};
+use crate::maps::{CTL, QOS_CPU, QOS_OPEN, QOS_PIN, QOS_PIN_BITS, QOS_PINS, QOS_STACKS};
 use crate::{atomic_fetch_add, present, store_release_x86};
 
 /// The pin slot and generation of `tgid`, if it is pinned.
@@ -52,30 +57,74 @@ pub(crate) fn pinned(tgid: u32) -> Result<Option<(u32, u32)>, i64> {
     Ok(None)
 }
 
-/// The open-syscall filter byte of the thread whose `struct pt_regs` is at `regs`.
+/// `regs` less the address of a map value `t`, as a plain number. The verifier forbids shifts
+/// and masks on a pointer but, for a privileged program, turns the difference of two pointers
+/// into a number: with `t` fixed, it names the thread's stack just as well. The subtraction
+/// is written out so the compiler cannot fold it into the shifts that follow.
 #[inline(always)]
-fn open_byte(regs: u64) -> Result<*mut u8, i64> {
-    let t = present(QOS_OPEN.get_ptr_mut(0))?;
-    // The verifier forbids shifts and masks on a pointer but, for a privileged program, turns
-    // the difference of two pointers into a plain number: `regs` minus the (fixed) address
-    // of this map value names the stack just as well. The subtraction is written out so the
-    // compiler cannot fold it into the shifts.
+fn stack_key(regs: u64, t: u64) -> u64 {
     let mut d = regs;
     // SAFETY: register arithmetic only.
     unsafe {
         core::arch::asm!(
             "{d} -= {t}",
             d = inout(reg) d,
-            t = in(reg) t as u64,
+            t = in(reg) t,
             options(pure, nomem, nostack),
         )
     };
+    d
+}
+
+/// The open-syscall filter byte of the thread whose `struct pt_regs` is at `regs`.
+#[inline(always)]
+fn open_byte(regs: u64) -> Result<*mut u8, i64> {
+    let t = present(QOS_OPEN.get_ptr_mut(0))?;
+    let d = stack_key(regs, t as u64);
     // SAFETY: `t` is the array's one value; the index is masked below OPEN_SLOTS.
     Ok(unsafe {
         (&raw mut (*t).b)
             .cast::<u8>()
             .add(qos::open_slot(d) & (OPEN_SLOTS - 1))
     })
+}
+
+/// The unpinned-stack cache entry of the thread whose `struct pt_regs` is at `regs`, and the
+/// value it has when that thread was found unpinned under the current generation.
+#[inline(always)]
+fn stack_entry(regs: u64) -> Result<(*mut u64, u64), i64> {
+    let c = present(QOS_STACKS.get_ptr_mut(0))?;
+    let d = stack_key(regs, c as u64);
+    // SAFETY: `c` is the array's one value; userspace rewrites the generation while programs
+    // run (one 8-byte load).
+    let generation = unsafe { core::ptr::read_volatile(&raw const (*c).generation) };
+    // SAFETY: as above; the index is masked below STACK_SLOTS.
+    let e = unsafe {
+        (&raw mut (*c).e)
+            .cast::<u64>()
+            .add(qos::stack_slot(d) & (STACK_SLOTS - 1))
+    };
+    Ok((e, qos::stack_entry(d, generation)))
+}
+
+/// A thread ends: its stack may soon be another thread's, so its cache entry goes. Called
+/// from `sched_process_exit` (every thread), with the exiting task.
+#[inline(always)]
+pub(crate) fn forget_stack(task: *const u8) -> Result<(), i64> {
+    // SAFETY: a helper call on the BTF task pointer of the tracepoint.
+    let regs = unsafe { bpf_task_pt_regs(task as *mut _) } as u64;
+    if regs == 0 {
+        return Ok(());
+    }
+    let (e, mine) = stack_entry(regs)?;
+    // SAFETY: a valid array value. Only a matching entry is cleared (another live thread may
+    // own the slot); a stale one of this stack can never match again (generation).
+    unsafe {
+        if core::ptr::read_volatile(e) & !qos::STACK_GEN_MASK == mine & !qos::STACK_GEN_MASK {
+            core::ptr::write_volatile(e, 0);
+        }
+    }
+    Ok(())
 }
 
 /// The pin table entry of `slot`, read again.
@@ -93,12 +142,22 @@ pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
 
 #[inline(always)]
 fn try_sys_enter(ctx: &BtfTracePointContext) -> Result<u32, i64> {
+    let regs: u64 = ctx.arg(0);
+    // The generation is read (in `stack_entry`) before the bitmap: userspace sets a new pin's
+    // bit before it writes the new generation, so an entry made from a bitmap without the bit
+    // carries the old generation and never matches again.
+    let (e, unpinned) = stack_entry(regs)?;
+    // SAFETY: a valid array value, written by any CPU (8-byte loads and stores).
+    if unsafe { core::ptr::read_volatile(e) } == unpinned {
+        return Ok(0);
+    }
     let pid_tgid = bpf_get_current_pid_tgid();
     let Some((_, gen_)) = pinned((pid_tgid >> 32) as u32)? else {
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(e, unpinned) };
         return Ok(0);
     };
     let id: i64 = ctx.arg(1);
-    let regs: u64 = ctx.arg(0);
     let o = open_byte(regs)?;
     // SAFETY: a valid array value. Written once per stack, so the line stays shared.
     unsafe {

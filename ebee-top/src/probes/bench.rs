@@ -6,7 +6,7 @@
 //! benchmark).
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     programs::{BtfTracePoint, tp_btf::BtfTracePointLink},
 };
 use ebee_shared::prog_names;
@@ -101,11 +101,20 @@ impl SockFloor {
     }
 }
 
+/// What aya needs of the kernel's BTF to load tp_btf programs on `tps`.
+fn tp_btf(tps: &[&str]) -> Result<aya::Btf, ProbeError> {
+    let unsupported = |e: super::btf::BtfError| ProbeError::Unsupported(e.to_string());
+    let blob = super::btf::Btf::from_sys_fs()
+        .map_err(unsupported)?
+        .tracepoint_blob(tps);
+    super::btf::parse_for_aya(&blob).map_err(unsupported)
+}
+
 impl Probes {
     /// Benchmarks only: attach (or detach) empty programs on `sys_enter`/`sys_exit`, the
     /// floor any enter/exit design pays on this machine.
     pub fn set_syscall_floor(&mut self, on: bool) -> Result<(), ProbeError> {
-        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        let btf = tp_btf(&[prog_names::SYS_ENTER, prog_names::SYS_EXIT])?;
         self.floor.set(&mut self._ebpf, on, &btf)
     }
 
@@ -115,7 +124,7 @@ impl Probes {
     /// machine. Meant beside a load with `no_servers`, so the real socket programs are not
     /// attached too.
     pub fn set_sock_floor(&mut self, on: bool) -> Result<(), ProbeError> {
-        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
+        let btf = tp_btf(&["sock_recv_length", "sock_send_length"])?;
         self.floor.sock.set(&mut self._ebpf, on, &btf)
     }
 }
@@ -135,9 +144,8 @@ impl SwitchFloor {
         if OBJECT.is_empty() {
             return Err(ProbeError::NoObject);
         }
-        let btf = aya::Btf::from_sys_fs().map_err(|e| ProbeError::Unsupported(e.to_string()))?;
-        let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
+        let btf = tp_btf(&["sched_switch"])?;
+        let mut ebpf = super::loader::new()
             .load(OBJECT)
             .map_err(classify("loading eBPF object"))?;
         let prog: &mut BtfTracePoint = ebpf

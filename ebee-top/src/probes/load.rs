@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, MapData, PerCpuArray},
     programs::BtfTracePoint,
 };
@@ -14,6 +14,7 @@ use ebee_shared::{cpu::BinCfg, ctl::Ctl, global_names, map_names, prog_names};
 use super::layout::KernelLayout;
 use super::{
     OBJECT, ProbeConfig, ProbeError, Probes, bench, btf, cgroup, classify, cpu, flip, lifecycle,
+    loader,
     mem, page_size, qos, servers, take_map, wait, write_bins,
 };
 
@@ -25,16 +26,27 @@ impl Probes {
         }
         let unsupported = |e: &dyn std::fmt::Display| ProbeError::Unsupported(e.to_string());
         let cgroup_fs = crate::os::cgroup::detect(cfg.cgroups);
-        let layout = KernelLayout::read(
-            &btf::Btf::from_sys_fs().map_err(|e| unsupported(&e))?,
-            cgroup_fs.as_ref(),
-        )?;
+        // The kernel's BTF is read once, for the layout and for the ids of the tracepoints the
+        // tp_btf programs attach to (all aya needs of it: see `btf::Btf::tracepoint_blob`),
+        // and freed before aya parses those.
+        let (layout, blob) = {
+            let btf = btf::Btf::from_sys_fs().map_err(|e| unsupported(&e))?;
+            let tps = TP_BTF.iter().map(|(_, tp)| *tp);
+            let tps: Vec<&str> = tps
+                .chain([prog_names::SYS_ENTER, prog_names::SYS_EXIT])
+                .collect();
+            (
+                KernelLayout::read(&btf, cgroup_fs.as_ref())?,
+                btf.tracepoint_blob(&tps),
+            )
+        };
         // A hierarchy whose chain the kernel's BTF cannot give is not followed.
         let cgroup_fs = cgroup_fs.filter(|_| layout.cg.on != 0);
-        let aya_btf = aya::Btf::from_sys_fs().map_err(|e| unsupported(&e))?;
+        let aya_btf = btf::parse_for_aya(&blob).map_err(|e| unsupported(&e))?;
+        drop(blob);
         let ncpus =
             aya::util::nr_cpus().map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
-        let mut ebpf = load_object(cfg, &layout, &aya_btf)?;
+        let mut ebpf = load_object(cfg, &layout)?;
 
         // Each pipeline takes its own maps.
         let mut ctl: Array<MapData, Ctl> = take_map(&mut ebpf, map_names::CTL, Array::try_from)?;
@@ -89,8 +101,8 @@ impl Probes {
         } else {
             None
         };
-        // Loading parsed the kernel's whole BTF (several MB, twice: ours and aya's); give the
-        // freed heap back to the system rather than keep it resident all day.
+        // Loading read the kernel's BTF (5.5 MB) and aya kept a table of its first tracepoint
+        // ids; give the freed heap back to the system rather than keep it resident all day.
         drop(aya_btf);
         // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps.
         unsafe { libc::malloc_trim(0) };
@@ -123,16 +135,12 @@ impl Probes {
 
 /// Load the object (maps created, no program loaded yet) with its globals set from `cfg` and
 /// the kernel's layout.
-fn load_object(
-    cfg: ProbeConfig,
-    layout: &KernelLayout,
-    btf: &aya::Btf,
-) -> Result<Ebpf, ProbeError> {
+/// aya gets no target BTF: the object has no CO-RE relocations (`loader` explains).
+fn load_object(cfg: ProbeConfig, layout: &KernelLayout) -> Result<Ebpf, ProbeError> {
     let shadow_on = u32::from(cfg.shadow);
     let trace_on = u32::from(cfg.trace);
-    let mut loader = EbpfLoader::new();
+    let mut loader = loader::new();
     loader
-        .btf(Some(btf))
         .override_global(global_names::SHADOW_ON, &shadow_on, true)
         .override_global(global_names::TRACE_ON, &trace_on, true)
         .override_global(global_names::TASK_TGID_OFF, &layout.tgid_off, true)
@@ -178,22 +186,25 @@ fn load_object(
     loader.load(OBJECT).map_err(classify("loading eBPF object"))
 }
 
+/// The always-on tp_btf programs and their tracepoints: three for the CPU pipeline and the
+/// process lifecycle, one for memory, three for the servers.
+const TP_BTF: [(&str, &str); 7] = [
+    (prog_names::SCHED_SWITCH, "sched_switch"),
+    (prog_names::PROCESS_EXIT, "sched_process_exit"),
+    (prog_names::PROCESS_EXEC, "sched_process_exec"),
+    (prog_names::RSS_STAT, "rss_stat"),
+    (prog_names::SOCK_STATE, "inet_sock_set_state"),
+    (prog_names::SOCK_RECV, "sock_recv_length"),
+    (prog_names::SOCK_SEND, "sock_send_length"),
+];
+
 /// Load and attach the always-on tp_btf programs: the CPU pipeline and process lifecycle, and
 /// the memory pipeline when `mem`, the servers pipeline when `servers`. Only after the first
 /// interval is open and primed: from the first switch on, every slice is charged to an
 /// interval.
 fn attach(ebpf: &mut Ebpf, btf: &aya::Btf, mem: bool, servers: bool) -> Result<(), ProbeError> {
-    let always = [
-        (prog_names::SCHED_SWITCH, "sched_switch"),
-        (prog_names::PROCESS_EXIT, "sched_process_exit"),
-        (prog_names::PROCESS_EXEC, "sched_process_exec"),
-    ];
-    let mem_progs = [(prog_names::RSS_STAT, "rss_stat")];
-    let srv_progs = [
-        (prog_names::SOCK_STATE, "inet_sock_set_state"),
-        (prog_names::SOCK_RECV, "sock_recv_length"),
-        (prog_names::SOCK_SEND, "sock_send_length"),
-    ];
+    let (always, rest) = TP_BTF.split_at(3);
+    let (mem_progs, srv_progs) = rest.split_at(1);
     let progs = always
         .iter()
         .chain(mem_progs.iter().filter(|_| mem))

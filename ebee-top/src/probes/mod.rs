@@ -19,6 +19,7 @@ mod kick;
 mod layout;
 pub mod lifecycle;
 mod load;
+mod loader;
 mod maps;
 pub mod mem;
 pub mod preflight;

@@ -11,7 +11,8 @@ use ebee_shared::{
     map_names as n,
     qos::{
         BUCKETS, HistIdx, HistTable, MAX_PINS, NR_SLOTS, OPEN_SLOTS, OpenStacks, PIN_BIT_WORDS,
-        PORT_WORDS, PinStat, PinState, PinTable, QosCpu, RunqStat, SYS_HISTS, SysStat, SysTable,
+        PORT_WORDS, PinStat, PinState, PinTable, QosCpu, RunqStat, SYS_HISTS, StackCache, SysStat,
+        SysTable, next_stack_gen,
     },
 };
 
@@ -34,6 +35,9 @@ pub(super) struct QosMaps {
     pub(super) hist_idx: RawArray<HistIdx>,
     pin_state: Array<MapData, PinState>,
     open: RawArray<OpenStacks>,
+    /// The kernel's cache of stacks found unpinned, and the generation last written to it.
+    stacks: RawArray<StackCache>,
+    stack_gen: u64,
     /// Per CPU: odd while a `sys_exit` run is in flight.
     pub(super) cpu: PerCpuArray<MapData, QosCpu>,
     ports: Array<MapData, u64>,
@@ -57,6 +61,8 @@ impl QosMaps {
             runq: raw(ebpf, n::QOS_RUNQ, ncpus)?,
             pin_state: take_map(ebpf, n::QOS_PIN_STATE, Array::try_from)?,
             open: raw(ebpf, n::QOS_OPEN, ncpus)?,
+            stacks: raw(ebpf, n::QOS_STACKS, ncpus)?,
+            stack_gen: 0,
             cpu: take_map(ebpf, n::QOS_CPU, PerCpuArray::try_from)?,
             ports: take_map(ebpf, n::QOS_PORTS, Array::try_from)?,
             port_words: vec![0; PORT_WORDS as usize],
@@ -81,6 +87,14 @@ impl QosMaps {
                 .map_err(classify("writing QOS_PIN_BITS"))?;
         }
         self.bit_words = words;
+        // Last, once every new pin's bit is set: a new generation, so no thread stays cached
+        // as unpinned from before (its entries zeroed too; see `StackCache`).
+        self.stack_gen = next_stack_gen(self.stack_gen);
+        let mut cache = vec![0u64; std::mem::size_of::<StackCache>() / 8];
+        cache[0] = self.stack_gen;
+        self.stacks
+            .write(0, &cache)
+            .map_err(classify("writing QOS_STACKS"))?;
         // Order the table write before any later read of the per-CPU marks (see drain).
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
