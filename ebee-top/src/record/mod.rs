@@ -3,6 +3,8 @@
 //! nothing in the file.
 
 pub mod codec;
+pub mod columns;
+pub mod rc;
 pub mod format;
 pub mod reader;
 pub mod recorder;

@@ -21,6 +21,15 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
         batches.push(r.read(i)?);
     }
     let decode_us = t0.elapsed().as_secs_f64() * 1e6 / batches.len() as f64;
+    if let Some(p) = std::env::var_os("EBEE_DUMP_JSON") {
+        let mut s = String::new();
+        for b in &batches {
+            s.push_str(&serde_json::to_string(b)?);
+            s.push('\n');
+        }
+        std::fs::write(p, s)?;
+        return Ok(json!({}));
+    }
     let n = batches.len() as f64;
     let interval_ns: u64 = batches.iter().map(|b| b.interval_ns()).sum();
     let procs: usize = batches.iter().map(|b| b.cpu.len()).sum();
@@ -49,7 +58,29 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
         ebee_top::record::codec::KEY_EVERY,
     )?;
     let mut sweep = Vec::new();
-    for level in [1, 3, 9] {
+    let encode_with = |mut enc: Encoder| -> anyhow::Result<(f64, f64)> {
+        let mut off = 0u64;
+        let t = Instant::now();
+        for b in &batches {
+            let (h, _) = enc.encode(b, off)?;
+            off += h.total_len();
+        }
+        Ok((off as f64 / n, t.elapsed().as_secs_f64() * 1e6 / n))
+    };
+    {
+        let mut enc = Encoder::new()?;
+        let (mut k, mut kb, mut db, mut off) = (0u64, 0u64, 0u64, 0u64);
+        for b in &batches {
+            let (h, _) = enc.encode(b, off)?;
+            off += h.total_len();
+            if h.kind == KIND_KEY { k += 1; kb += h.total_len(); } else { db += h.total_len(); }
+        }
+        eprintln!("keys {k} key_mean {} delta_mean {}", kb / k.max(1), db / (batches.len() as u64 - k).max(1));
+    }
+    let v1 = encode_with(Encoder::v1(3, 100)?)?;
+    let lossless = encode_with(Encoder::new()?.lossless())?;
+    eprintln!("v1 {v1:?} lossless {lossless:?}");
+    for level in [1, 3, 9, 19] {
         for every in [1, 20, 100, 500] {
             let (bytes, us) = encode(level, every)?;
             sweep.push(json!({"level": level, "key_every": every, "bytes_per_interval": bytes, "encode_us": us}));
