@@ -363,7 +363,8 @@ fn is_table(v: &Value) -> bool {
     rows.iter().all(|r| match r {
         Value::Object(m) => {
             m.len() == first.len()
-                && m.keys().all(|k| first.contains_key(k) && k.len() <= MAX_NAME)
+                && m.keys()
+                    .all(|k| first.contains_key(k) && k.len() <= MAX_NAME)
                 && m.get(KEY_FIELD).and_then(Value::as_u64).is_some()
         }
         _ => false,
@@ -1136,7 +1137,11 @@ mod tests {
         let mut out = Vec::new();
         let t = encode(b, reference, &mut out).unwrap();
         let (got, kept) = decode(&out, reference, true).unwrap();
-        assert_eq!(kept.as_ref(), Some(&t), "the decoder keeps what the encoder kept");
+        assert_eq!(
+            kept.as_ref(),
+            Some(&t),
+            "the decoder keeps what the encoder kept"
+        );
         (got, t)
     }
 

@@ -4,8 +4,8 @@
 
 pub mod codec;
 pub mod columns;
-pub mod rc;
 pub mod format;
+pub mod rc;
 pub mod reader;
 pub mod recorder;
 pub mod writer;

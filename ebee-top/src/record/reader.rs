@@ -342,10 +342,7 @@ impl<R: Read + Seek> Reader<R> {
                 .binary_search_by_key(&e.head.key_offset, |x| x.offset)
                 .map_err(|_| FrameError::NoKey)?;
             let kraw = self.raw(k)?;
-            self.key = Some(
-                self.dec
-                    .key_dict(e.head.key_offset, &kraw, self.version)?,
-            );
+            self.key = Some(self.dec.key_dict(e.head.key_offset, &kraw, self.version)?);
         }
         let key = self.key.as_ref().ok_or(FrameError::NoKey)?;
         Ok(self.dec.decompress(&p, e.head.raw_len, Some(key))?)

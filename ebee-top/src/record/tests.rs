@@ -132,7 +132,11 @@ fn the_committed_format_1_file_reads() {
     assert_eq!(r.version(), 1);
     let want: Vec<Batch> = (1..=12).map(|s| build::plausible(s, 6)).collect();
     assert_eq!(all(&mut r), want);
-    assert_eq!(record_v1(&want), bytes.to_vec(), "the kept format 1 encoder is unchanged");
+    assert_eq!(
+        record_v1(&want),
+        bytes.to_vec(),
+        "the kept format 1 encoder is unchanged"
+    );
 }
 
 #[test]
