@@ -944,10 +944,10 @@ fn decode_table(
                 }
                 let mut vals: Vec<i128> = Vec::with_capacity(nrows);
                 let mut m = IntModel::default();
-                for k in 0..nrows {
+                for (k, r) in refs.iter().enumerate() {
                     let p = match code {
                         PRED_NONE => 0,
-                        PRED_REF => match refs[k] {
+                        PRED_REF => match *r {
                             Some(j) => refc
                                 .and_then(|c| c.cells.get(j))
                                 .and_then(as_int)
@@ -1022,15 +1022,16 @@ fn decode_json(
     let mut m = IntModel::default();
     let mut cells = Vec::with_capacity(refs.len());
     for r in refs {
-        if use_ref && let Some(j) = r {
-            if d.rc.bit(&mut p) {
-                // Each key row is matched at most once: copies never exceed the key's size.
-                let v = refc
-                    .and_then(|c| c.cells.get(*j))
-                    .ok_or(bad("a copy of a key cell that is not there"))?;
-                cells.push(v.clone());
-                continue;
-            }
+        if use_ref
+            && let Some(j) = r
+            && d.rc.bit(&mut p)
+        {
+            // Each key row is matched at most once: copies never exceed the key's size.
+            let v = refc
+                .and_then(|c| c.cells.get(*j))
+                .ok_or(bad("a copy of a key cell that is not there"))?;
+            cells.push(v.clone());
+            continue;
         }
         let i = if list.len() > 1 {
             d.count(&mut m, list.len())?
@@ -1065,9 +1066,9 @@ fn decode_order(d: &mut In<'_>, cols: &[Column], n: usize) -> Result<Vec<usize>,
             let mut m = IntModel::default();
             for g in tie_groups(&o, &w) {
                 let mut left: Vec<usize> = o[g.clone()].to_vec();
-                for pos in g.start..g.end - 1 {
+                for slot in &mut o[g.start..g.end - 1] {
                     let i = d.count(&mut m, left.len() - 1)?;
-                    o[pos] = left.remove(i);
+                    *slot = left.remove(i);
                 }
                 o[g.end - 1] = left.pop().ok_or(bad("a bad row order"))?;
             }
