@@ -1,14 +1,16 @@
-//! Batches to record payloads and back: JSON (the Batch's own serde schema), compressed with
-//! zstd. A key record is compressed alone; a delta record is compressed with the decompressed
-//! JSON of its key record as a raw-content dictionary, so it costs little when the processes
-//! and their command lines are the same, and it depends on nothing but its key.
+//! Batches to record payloads and back, compressed with zstd. Format 2 (written now) codes
+//! the per-process tables column by column against the key record (`columns`); format 1
+//! (still read) is the Batch's serde JSON. Either way a key record is compressed alone and a
+//! delta record with the decompressed payload of its key record as a raw-content dictionary,
+//! so a delta depends on nothing but its key.
 
 use zstd::zstd_safe::{CCtx, CDict, CParameter, DCtx, DDict};
 
-use super::format::{KIND_DELTA, KIND_KEY, MAX_RAW_LEN, RecordHead, crc32};
+use super::columns::{self, Tables};
+use super::format::{KIND_DELTA, KIND_KEY, MAX_RAW_LEN, RecordHead, VERSION, crc32};
 use crate::batch::Batch;
 
-/// zstd level: 3 is zstd's default; measured in BENCHMARKS.md (record section).
+/// zstd level; measured in BENCHMARKS.md (record section).
 pub const LEVEL: i32 = 3;
 /// A key record at least every this many records: bounds what one damaged key costs.
 pub const KEY_EVERY: u32 = 100;
@@ -24,6 +26,10 @@ pub enum CodecError {
     Json(String),
     #[error("the batch is larger than the format allows ({0} bytes)")]
     TooLarge(usize),
+    #[error("the payload is not a valid batch: {0}")]
+    Columns(&'static str),
+    #[error("recording format {0} is not known")]
+    Version(u16),
 }
 
 fn zerr(code: usize) -> CodecError {
@@ -35,6 +41,8 @@ struct Key {
     offset: u64,
     dict: CDict<'static>,
     compressed: usize,
+    /// Format 2: its tables, what deltas are coded against.
+    tables: Option<Tables>,
 }
 
 /// Turns Batches into records, choosing key or delta.
@@ -44,6 +52,9 @@ pub struct Encoder {
     since_key: u32,
     key_every: u32,
     level: i32,
+    version: u16,
+    /// Format 2: round per-process on-CPU and wait ns to µs first (see [`rounded`]).
+    round: bool,
 }
 
 impl Encoder {
@@ -53,6 +64,16 @@ impl Encoder {
 
     /// An encoder with another level or key spacing (for the size benchmark).
     pub fn with_params(level: i32, key_every: u32) -> Result<Self, CodecError> {
+        Self::for_version(VERSION, level, key_every)
+    }
+
+    /// An encoder of format 1 (JSON payloads): to measure against, and to test that files
+    /// written before still read. The writer never uses it.
+    pub fn v1(level: i32, key_every: u32) -> Result<Self, CodecError> {
+        Self::for_version(1, level, key_every)
+    }
+
+    fn for_version(version: u16, level: i32, key_every: u32) -> Result<Self, CodecError> {
         let mut cctx = CCtx::try_create().ok_or(CodecError::Zstd("out of memory"))?;
         cctx.set_parameter(CParameter::CompressionLevel(level))
             .map_err(zerr)?;
@@ -66,7 +87,20 @@ impl Encoder {
             since_key: 0,
             key_every: key_every.max(1),
             level,
+            version,
+            round: version >= 2,
         })
+    }
+
+    /// Keep every nanosecond (format 2 without [`rounded`]): for the size benchmark.
+    pub fn lossless(mut self) -> Self {
+        self.round = false;
+        self
+    }
+
+    /// The format version of the records this encoder makes.
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     /// Start afresh (a new file): the next record is a key.
@@ -77,13 +111,32 @@ impl Encoder {
 
     /// Encode `b` as the record that will start at file offset `offset`.
     pub fn encode(&mut self, b: &Batch, offset: u64) -> Result<(RecordHead, Vec<u8>), CodecError> {
-        let raw = serde_json::to_vec(b).map_err(|e| CodecError::Json(e.to_string()))?;
+        let delta = self
+            .key
+            .as_ref()
+            .filter(|_| self.since_key < self.key_every);
+        let mut tables = None;
+        let raw = if self.version == 1 {
+            serde_json::to_vec(b).map_err(|e| CodecError::Json(e.to_string()))?
+        } else {
+            let mut raw = Vec::new();
+            let reference = delta.and_then(|k| k.tables.as_ref());
+            let r;
+            let b = if self.round {
+                r = rounded(b);
+                &r
+            } else {
+                b
+            };
+            tables = Some(columns::encode(b, reference, &mut raw)?);
+            raw
+        };
         if raw.len() > MAX_RAW_LEN as usize {
             return Err(CodecError::TooLarge(raw.len()));
         }
         let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.len()));
-        let (kind, key_offset) = match &self.key {
-            Some(k) if self.since_key < self.key_every => {
+        let (kind, key_offset) = match delta {
+            Some(k) => {
                 self.cctx
                     .compress_using_cdict(&mut out, &raw, &k.dict)
                     .map_err(zerr)?;
@@ -101,6 +154,7 @@ impl Encoder {
                 offset,
                 dict,
                 compressed: out.len(),
+                tables,
             });
             self.since_key = 1;
         } else {
@@ -130,6 +184,8 @@ impl Encoder {
 pub struct KeyDict {
     pub offset: u64,
     dict: DDict<'static>,
+    /// Format 2: the key's tables.
+    tables: Option<Tables>,
 }
 
 /// Turns record payloads back into Batches.
@@ -164,14 +220,64 @@ impl Decoder {
         Ok(out)
     }
 
-    /// Prepare a key record's bytes as the dictionary of its deltas.
-    pub fn key_dict(&self, offset: u64, raw: &[u8]) -> Result<KeyDict, CodecError> {
+    /// Prepare a key record's bytes (of format `version`) as the reference of its deltas.
+    pub fn key_dict(&self, offset: u64, raw: &[u8], version: u16) -> Result<KeyDict, CodecError> {
+        let tables = match version {
+            1 => None,
+            2 => columns::decode(raw, None, true)?.1,
+            v => return Err(CodecError::Version(v)),
+        };
         let dict = DDict::try_create(raw).ok_or(CodecError::Zstd("bad dictionary"))?;
-        Ok(KeyDict { offset, dict })
+        Ok(KeyDict {
+            offset,
+            dict,
+            tables,
+        })
     }
 }
 
-/// Parse a decompressed payload.
+/// Parse a decompressed payload of format `version`; `key` is the key record's reference for
+/// a delta record (None for a key record).
+pub fn parse(raw: &[u8], version: u16, key: Option<&KeyDict>) -> Result<Batch, CodecError> {
+    match version {
+        1 => parse_batch(raw),
+        2 => {
+            let reference = match key {
+                Some(k) => Some(
+                    k.tables
+                        .as_ref()
+                        .ok_or(CodecError::Columns("a delta without its key's tables"))?,
+                ),
+                None => None,
+            };
+            Ok(columns::decode(raw, reference, false)?.0)
+        }
+        v => Err(CodecError::Version(v)),
+    }
+}
+
+/// A time in ns to the nearest µs (halves up).
+fn to_us(ns: u64) -> u64 {
+    ns.saturating_add(500) / 1000 * 1000
+}
+
+/// What format 2 records of a Batch: the same, with each process's on-CPU ns (`cpu`,
+/// `cpu_exact`) and run-queue wait ns (`wait`, `wait_exact`) rounded to the nearest µs. The
+/// screens show these times in units of 0.1 ms at the finest (percentages of an interval or
+/// a second, milliseconds), so the rounding is below anything shown; the 10 ms burst bins keep
+/// the kernel's own 1,024 ns units, unchanged.
+pub fn rounded(b: &Batch) -> Batch {
+    let mut b = b.clone();
+    for r in b.cpu.iter_mut().chain(b.cpu_exact.iter_mut().flatten()) {
+        r.ns = to_us(r.ns);
+    }
+    for r in b.wait.iter_mut().chain(b.wait_exact.iter_mut().flatten()) {
+        r.ns = to_us(r.ns);
+    }
+    b
+}
+
+/// Parse a decompressed payload of format 1 (JSON).
 pub fn parse_batch(raw: &[u8]) -> Result<Batch, CodecError> {
     serde_json::from_slice(raw).map_err(|e| CodecError::Json(e.to_string()))
 }

@@ -3,7 +3,9 @@
 //! nothing in the file.
 
 pub mod codec;
+pub mod columns;
 pub mod format;
+pub mod rc;
 pub mod reader;
 pub mod recorder;
 pub mod writer;

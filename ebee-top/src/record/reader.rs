@@ -12,7 +12,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use super::RecordError;
-use super::codec::{CodecError, Decoder, KeyDict, parse_batch};
+use super::codec::{CodecError, Decoder, KeyDict, parse};
 use super::format::{
     HeadError, KIND_DELTA, KIND_KEY, Meta, PREAMBLE_LEN, PreambleError, RECORD_HEAD_LEN,
     RecordHead, SYNC, crc32, decode_meta, decode_preamble,
@@ -342,7 +342,7 @@ impl<R: Read + Seek> Reader<R> {
                 .binary_search_by_key(&e.head.key_offset, |x| x.offset)
                 .map_err(|_| FrameError::NoKey)?;
             let kraw = self.raw(k)?;
-            self.key = Some(self.dec.key_dict(e.head.key_offset, &kraw)?);
+            self.key = Some(self.dec.key_dict(e.head.key_offset, &kraw, self.version)?);
         }
         let key = self.key.as_ref().ok_or(FrameError::NoKey)?;
         Ok(self.dec.decompress(&p, e.head.raw_len, Some(key))?)
@@ -354,7 +354,11 @@ impl<R: Read + Seek> Reader<R> {
             return Err(FrameError::OutOfRange(i));
         }
         let raw = self.raw(i)?;
-        Ok(parse_batch(&raw)?)
+        let key = match self.entries[i].head.kind {
+            KIND_KEY => None,
+            _ => Some(self.key.as_ref().ok_or(FrameError::NoKey)?),
+        };
+        Ok(parse(&raw, self.version, key)?)
     }
 
     /// Index of the first record at or after wall-clock time `t_ms` (`len()` if none).

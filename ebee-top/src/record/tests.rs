@@ -9,7 +9,14 @@ use super::reader::{self, Damage};
 use super::writer::{RecordOptions, Writer, rotated_path};
 use super::{Reader, RecordError};
 use crate::batch::Batch;
-use crate::batch::build::plausible;
+use crate::batch::build;
+use crate::record::codec::{Encoder, rounded};
+
+/// A plausible interval as format 2 records it (times per process to the µs), so what is
+/// read back must be equal to it.
+fn plausible(seq: u64, n: u32) -> Batch {
+    rounded(&build::plausible(seq, n))
+}
 
 fn opts(path: &Path) -> RecordOptions {
     RecordOptions {
@@ -70,6 +77,66 @@ fn round_trip_is_exact() {
         .filter(|e| e.head.kind == format::KIND_KEY)
         .count();
     assert!((3..50).contains(&keys), "{keys} key records");
+}
+
+#[test]
+fn the_writer_rounds_per_process_times_to_the_microsecond_and_nothing_else() {
+    let raw: Vec<Batch> = (1..=5).map(|s| build::plausible(s, 9)).collect();
+    let (_d, path, _) = record(&raw);
+    let mut r = Reader::open(&path).unwrap();
+    assert_eq!(r.version(), format::VERSION);
+    let got = all(&mut r);
+    for (g, b) in got.iter().zip(&raw) {
+        assert_eq!(g, &rounded(b));
+        for (x, y) in g.cpu.iter().zip(&b.cpu) {
+            assert!(x.ns.abs_diff(y.ns) <= 500 && x.bins == y.bins);
+        }
+        assert_ne!(g.cpu, b.cpu, "plausible batches have ns below the µs");
+    }
+}
+
+/// Write `batches` as a format 1 file, as the ebee-top before format 2 did.
+fn record_v1(batches: &[Batch]) -> Vec<u8> {
+    let mut bytes = format::encode_header(&meta());
+    bytes[8..10].copy_from_slice(&1u16.to_le_bytes());
+    let mut enc = Encoder::v1(3, 100).unwrap();
+    assert_eq!(enc.version(), 1);
+    for b in batches {
+        let (head, payload) = enc.encode(b, bytes.len() as u64).unwrap();
+        bytes.extend_from_slice(&head.encode());
+        bytes.extend_from_slice(&payload);
+    }
+    bytes
+}
+
+#[test]
+fn format_1_files_still_read_exactly() {
+    // Exact ns: format 1 kept them, and reading it must too.
+    let batches: Vec<Batch> = (1..=130).map(|s| build::plausible(s, 12)).collect();
+    let bytes = record_v1(&batches);
+    let mut r = reader::from_bytes(&bytes).unwrap();
+    assert_eq!(r.version(), 1);
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    assert_eq!(all(&mut r), batches);
+    for i in [129, 0, 100, 99, 5] {
+        assert_eq!(r.read(i).unwrap(), batches[i]);
+    }
+}
+
+#[test]
+fn the_committed_format_1_file_reads() {
+    // Written by the format 1 writer of ebee-top before format 2 (commit 47b6aa0):
+    // build::plausible(1..=12, 6). Regenerate only if that writer changes (it must not).
+    let bytes = include_bytes!("testdata/v1-plausible-12.ebr");
+    let mut r = reader::from_bytes(bytes).unwrap();
+    assert_eq!(r.version(), 1);
+    let want: Vec<Batch> = (1..=12).map(|s| build::plausible(s, 6)).collect();
+    assert_eq!(all(&mut r), want);
+    assert_eq!(
+        record_v1(&want),
+        bytes.to_vec(),
+        "the kept format 1 encoder is unchanged"
+    );
 }
 
 #[test]

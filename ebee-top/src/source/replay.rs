@@ -371,9 +371,12 @@ mod tests {
     use super::*;
     use crate::batch::build::plausible;
 
-    /// A recording of `n` plausible intervals, 50 ms apart.
+    /// A recording of `n` plausible intervals, 50 ms apart, as the recording keeps them
+    /// (per-process times to the µs).
     fn recording(n: u64) -> (tempfile::TempDir, PathBuf, Vec<Batch>) {
-        let batches: Vec<Batch> = (1..=n).map(|s| plausible(s, 5)).collect();
+        let batches: Vec<Batch> = (1..=n)
+            .map(|s| crate::record::codec::rounded(&plausible(s, 5)))
+            .collect();
         let (dir, path, _) = crate::record::tests::record(&batches);
         (dir, path, batches)
     }

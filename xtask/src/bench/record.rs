@@ -51,7 +51,9 @@ pub fn run(seconds: u64) -> Result<()> {
          whatever else the machine was doing). Bytes per hour are the file's size scaled to an \
          hour. Encode and decode times are per interval, measured by re-encoding and decoding \
          the same intervals in one thread (`ebee-bench record-stats`); the recorder does the \
-         encoding on its own thread, off the drain and UI loops.\n"
+         encoding on its own thread, off the drain and UI loops. Format 1 (the Batch's JSON \
+         under zstd, what ebee-top wrote before format 2) is measured by re-encoding the same \
+         intervals with the encoder kept for that.\n"
     )?;
     table_head(
         &mut body,
@@ -59,10 +61,12 @@ pub fn run(seconds: u64) -> Result<()> {
             "workload",
             "interval",
             "processes per interval",
-            "raw JSON per interval",
+            "raw payload per interval",
             "key record",
             "delta record",
+            "bytes per interval",
             "**MB per hour**",
+            "format 1, MB per hour",
             "encode",
             "decode",
         ],
@@ -80,13 +84,16 @@ pub fn run(seconds: u64) -> Result<()> {
             let v = ebee_bench(&["record-stats", "--file", &file.to_string_lossy()])?;
             let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
             let per_hour = f("file_bytes") / f("seconds").max(1e-9) * 3600.0 / 1e6;
+            let hour = |bytes: f64| bytes / f("mean_interval_ms").max(1e-9) * 3600.0 * 1000.0 / 1e6;
             writeln!(
                 body,
-                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | **{per_hour:.0}** | {:.0} µs | {:.0} µs |",
+                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | {:.0} | **{per_hour:.0}** | {:.0} | {:.0} µs | {:.0} µs |",
                 f("processes_per_interval"),
-                f("raw_json_bytes_per_interval") / 1000.0,
+                f("raw_bytes_per_interval") / 1000.0,
                 f("key_bytes") / 1000.0,
                 f("delta_bytes") / 1000.0,
+                f("file_bytes") / f("intervals").max(1.0),
+                hour(f("v1_bytes_per_interval")),
                 f("encode_us"),
                 f("decode_us"),
             )?;
@@ -97,9 +104,40 @@ pub fn run(seconds: u64) -> Result<()> {
     }
     writeln!(
         body,
-        "\nThe same 50 ms intervals re-encoded with other zstd levels and key spacing (key every 1 = \
-         every record compressed alone; the default is level {} with a key at least every {} \
-         records). Bytes per interval, and encode time:\n",
+        "\nThe same 50 ms intervals re-encoded without the run-queue wait table (added to the \
+         Batch after format 1 was first measured at 281 MB/h), in both formats. Bytes per \
+         interval (MB per hour at 50 ms):\n"
+    )?;
+    table_head(
+        &mut body,
+        &[
+            "workload",
+            "format 2",
+            "format 2, no wait table",
+            "format 1",
+            "format 1, no wait table",
+        ],
+    )?;
+    for (name, v) in &sweeps {
+        let short = name.split(':').next().unwrap_or("");
+        let cell = |k: &str| {
+            let b = v[k].as_f64().unwrap_or(0.0);
+            format!("{b:.0} ({:.0})", b * 20.0 * 3600.0 / 1e6)
+        };
+        writeln!(
+            body,
+            "| {short} | {} | {} | {} | {} |",
+            cell("bytes_per_interval_default"),
+            cell("no_wait_bytes_per_interval"),
+            cell("v1_bytes_per_interval"),
+            cell("v1_no_wait_bytes_per_interval"),
+        )?;
+    }
+    writeln!(
+        body,
+        "\nFormat 2 with other zstd levels and key spacing (key every 1 = every record coded \
+         alone; the default is level {} with a key at least every {} records). Bytes per \
+         interval, and encode time:\n",
         3, 100
     )?;
     table_head(

@@ -1,12 +1,14 @@
 //! `record-stats`: size and cost of a recording. Reads a file back and reports bytes per
-//! interval (key and delta records), raw JSON bytes, decode and encode time per interval, and
-//! a sweep of zstd levels and key spacing re-encoding the same intervals.
+//! interval (key and delta records), raw payload bytes, decode and encode time per interval,
+//! the same intervals re-encoded in format 1 (JSON), losslessly and without the wait table,
+//! and a sweep of zstd levels and key spacing re-encoding the same intervals.
 
 use std::time::Instant;
 
 use serde_json::json;
 
 pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    use ebee_top::batch::Batch;
     use ebee_top::record::Reader;
     use ebee_top::record::codec::Encoder;
     use ebee_top::record::format::KIND_KEY;
@@ -44,11 +46,43 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
         }
         Ok((off as f64 / n, t.elapsed().as_secs_f64() * 1e6 / n))
     };
-    let (_, encode_us) = encode(
+    let (default_bytes, encode_us) = encode(
         ebee_top::record::codec::LEVEL,
         ebee_top::record::codec::KEY_EVERY,
     )?;
     let mut sweep = Vec::new();
+    let encode_with = |mut enc: Encoder, batches: &[Batch]| -> anyhow::Result<(f64, f64)> {
+        let mut off = 0u64;
+        let t = Instant::now();
+        for b in batches {
+            let (h, _) = enc.encode(b, off)?;
+            off += h.total_len();
+        }
+        Ok((off as f64 / n, t.elapsed().as_secs_f64() * 1e6 / n))
+    };
+    // The same intervals in format 1 (JSON), in format 2 keeping every ns, and in format 2
+    // without the run-queue wait table (the Batch as it was when format 1 was measured first).
+    let (v1_bytes, v1_us) = encode_with(Encoder::v1(3, 100)?, &batches)?;
+    let (lossless_bytes, _) = encode_with(Encoder::new()?.lossless(), &batches)?;
+    let no_wait: Vec<_> = batches
+        .iter()
+        .map(|b| {
+            let mut b = b.clone();
+            b.wait.clear();
+            b.wait_exact = None;
+            b
+        })
+        .collect();
+    let (no_wait_bytes, _) = encode_with(Encoder::new()?, &no_wait)?;
+    let (v1_no_wait_bytes, _) = encode_with(Encoder::v1(3, 100)?, &no_wait)?;
+    let mut rekeys = 0usize;
+    let mut enc = Encoder::new()?;
+    let mut off = 0u64;
+    for b in &batches {
+        let (h, _) = enc.encode(b, off)?;
+        off += h.total_len();
+        rekeys += usize::from(h.kind == KIND_KEY);
+    }
     for level in [1, 3, 9] {
         for every in [1, 20, 100, 500] {
             let (bytes, us) = encode(level, every)?;
@@ -61,11 +95,19 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
         "seconds": interval_ns as f64 / 1e9,
         "mean_interval_ms": interval_ns as f64 / n / 1e6,
         "processes_per_interval": procs as f64 / n,
-        "raw_json_bytes_per_interval": raw as f64 / n,
+        "version": r.version(),
+        "raw_bytes_per_interval": raw as f64 / n,
         "key_records": keys.len(),
         "key_bytes": mean(&keys),
         "delta_bytes": mean(&deltas),
         "encode_us": encode_us,
+        "bytes_per_interval_default": default_bytes,
+        "reencoded_key_records": rekeys,
+        "v1_bytes_per_interval": v1_bytes,
+        "v1_encode_us": v1_us,
+        "lossless_bytes_per_interval": lossless_bytes,
+        "no_wait_bytes_per_interval": no_wait_bytes,
+        "v1_no_wait_bytes_per_interval": v1_no_wait_bytes,
         "decode_us": decode_us,
         "sweep": sweep,
     }))

@@ -1,0 +1,1269 @@
+//! The version 2 payload (before zstd): a Batch as its serde values, with every top-level
+//! array of per-process rows (objects of the same fields with an integer `pid`) stored column
+//! by column, rows sorted by pid, each row of a delta record matched to its process's row in
+//! the key record, and every integer and flag of those columns coded against a prediction by
+//! an adaptive range coder (`rc`). Whatever is not such a table (and every field this module
+//! does not know) stays serde JSON, so fields added to `Batch` later round-trip without a
+//! change here. docs/recording-format.md has the byte layout.
+//!
+//! Decoding trusts nothing: every count is checked against the bytes left or the cell budget
+//! before anything is allocated, and a copy from the key is possible at most once per key row.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use serde_json::{Map, Number, Value};
+
+use super::codec::CodecError;
+use super::rc::{self, Bit, IntModel};
+use crate::batch::Batch;
+
+/// Most table cells (and list elements) one payload may hold: about 10,000 processes in every
+/// table, with room to spare. Bounds what a small corrupt payload can make the decoder build.
+pub const MAX_CELLS: usize = 1 << 20;
+/// Most tables, and columns per table.
+const MAX_TABLES: usize = 64;
+const MAX_COLS: usize = 64;
+/// Longest table or column name.
+const MAX_NAME: usize = 256;
+/// The field that identifies a row (a process) across records.
+pub const KEY_FIELD: &str = "pid";
+
+/// Column kinds.
+const KIND_INT: u8 = 0;
+const KIND_INT_LIST: u8 = 1;
+const KIND_JSON: u8 = 2;
+
+/// Integer predictions: none (0), the key record's row of the same process (or, for a row
+/// new since the key, the previous row's value), or `PRED_SUM + j`: the sum of the list in
+/// column `j` (an earlier integer-list column).
+const PRED_NONE: u8 = 0;
+const PRED_REF: u8 = 1;
+const PRED_SUM: u8 = 2;
+
+/// Row orders: as stored (by pid), by weight (the sum of some integer columns, heaviest first,
+/// ties by pid: the kernel's rankings), or explicit.
+const ORDER_STORED: u8 = 0;
+const ORDER_WEIGHT: u8 = 1;
+const ORDER_EXPLICIT: u8 = 2;
+
+fn bad(why: &'static str) -> CodecError {
+    CodecError::Columns(why)
+}
+
+/// One table, rows sorted by pid (ties in their original order).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Table {
+    name: String,
+    pids: Vec<u64>,
+    cols: Vec<Column>,
+    /// Original row `k` is stored row `order[k]`.
+    order: Vec<usize>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Column {
+    name: String,
+    cells: Vec<Value>,
+}
+
+/// What delta records are coded against: the key record's tables, and the rest of its
+/// Batch as a JSON skeleton (every integer 0) and the integers taken out of it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tables {
+    tables: Vec<Table>,
+    skeleton: Vec<u8>,
+    ints: Vec<i128>,
+}
+
+impl Tables {
+    fn get(&self, name: &str) -> Option<&Table> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+}
+
+/// Take every integer out of `v` (depth first, fields in name order), leaving 0 in its place.
+fn take_ints(v: &mut Value, out: &mut Vec<i128>) {
+    match v {
+        Value::Number(_) => {
+            if let Some(x) = as_int(v) {
+                out.push(x);
+                *v = Value::from(0u64);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| take_ints(x, out)),
+        Value::Object(m) => m.values_mut().for_each(|x| take_ints(x, out)),
+        _ => {}
+    }
+}
+
+/// Integers in a skeleton (where `take_ints` took them).
+fn count_ints(v: &Value) -> usize {
+    match v {
+        Value::Number(_) => usize::from(as_int(v).is_some()),
+        Value::Array(a) => a.iter().map(count_ints).sum(),
+        Value::Object(m) => m.values().map(count_ints).sum(),
+        _ => 0,
+    }
+}
+
+/// Put integers back where `take_ints` took them.
+fn put_ints(v: &mut Value, ints: &mut std::vec::IntoIter<Value>) {
+    match v {
+        Value::Number(_) => {
+            if as_int(v).is_some()
+                && let Some(x) = ints.next()
+            {
+                *v = x;
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| put_ints(x, ints)),
+        Value::Object(m) => m.values_mut().for_each(|x| put_ints(x, ints)),
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integers and the byte stream.
+
+fn as_int(v: &Value) -> Option<i128> {
+    match v {
+        Value::Number(n) => n
+            .as_u64()
+            .map(i128::from)
+            .or_else(|| n.as_i64().map(i128::from)),
+        _ => None,
+    }
+}
+
+fn int_value(x: i128) -> Result<Value, CodecError> {
+    if let Ok(u) = u64::try_from(x) {
+        Ok(Value::Number(Number::from(u)))
+    } else if let Ok(i) = i64::try_from(x) {
+        Ok(Value::Number(Number::from(i)))
+    } else {
+        Err(bad("an integer out of range"))
+    }
+}
+
+fn int_list(v: &Value) -> Option<Vec<i128>> {
+    match v {
+        Value::Array(a) => a.iter().map(as_int).collect(),
+        _ => None,
+    }
+}
+
+fn zigzag(x: i128) -> u128 {
+    ((x << 1) ^ (x >> 127)) as u128
+}
+
+fn unzigzag(u: u128) -> i128 {
+    ((u >> 1) as i128) ^ -((u & 1) as i128)
+}
+
+/// `p` rounded to the nearest multiple of `d` (halves up); None on overflow.
+fn snap(p: i128, d: i128) -> Option<i128> {
+    if d == 1 {
+        return Some(p);
+    }
+    p.checked_add(d / 2)?.div_euclid(d).checked_mul(d)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut u: u128) {
+    while u >= 0x80 {
+        out.push((u as u8) | 0x80);
+        u >>= 7;
+    }
+    out.push(u as u8);
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_varint(out, s.len() as u128);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Reads the byte part of the payload, every step checked.
+struct Input<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Input<'a> {
+    fn left(&self) -> usize {
+        self.b.len() - self.at
+    }
+
+    fn byte(&mut self) -> Result<u8, CodecError> {
+        let x = *self.b.get(self.at).ok_or(bad("the payload ends early"))?;
+        self.at += 1;
+        Ok(x)
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], CodecError> {
+        if n > self.left() {
+            return Err(bad("the payload ends early"));
+        }
+        let s = &self.b[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+
+    fn varint(&mut self) -> Result<u128, CodecError> {
+        let mut u = 0u128;
+        for shift in (0..128).step_by(7) {
+            let x = self.byte()?;
+            let part = u128::from(x & 0x7f);
+            if shift == 126 && part > 3 {
+                return Err(bad("a varint overflows"));
+            }
+            u |= part << shift;
+            if x & 0x80 == 0 {
+                return Ok(u);
+            }
+        }
+        Err(bad("a varint overflows"))
+    }
+
+    /// A count of at most `cap`, and of items that each take at least `min_bytes` of what
+    /// is left (0: no bound from the bytes).
+    fn count(&mut self, min_bytes: usize, cap: usize) -> Result<usize, CodecError> {
+        let n = usize::try_from(self.varint()?).map_err(|_| bad("a count is too large"))?;
+        if n > cap || (min_bytes > 0 && n > self.left() / min_bytes) {
+            return Err(bad("a count is larger than the payload allows"));
+        }
+        Ok(n)
+    }
+
+    fn str(&mut self) -> Result<&'a str, CodecError> {
+        let n = self.count(1, MAX_NAME)?;
+        std::str::from_utf8(self.bytes(n)?).map_err(|_| bad("a name is not UTF-8"))
+    }
+}
+
+/// Counts cells against `MAX_CELLS`.
+struct Budget(usize);
+
+impl Budget {
+    fn take(&mut self, n: usize) -> Result<(), CodecError> {
+        self.0 = self
+            .0
+            .checked_add(n)
+            .filter(|&c| c <= MAX_CELLS)
+            .ok_or(bad("more cells than a payload may hold"))?;
+        Ok(())
+    }
+}
+
+/// The two streams a payload is written to.
+struct Out {
+    bytes: Vec<u8>,
+    rc: rc::Encoder,
+}
+
+/// And read from.
+struct In<'a> {
+    inp: Input<'a>,
+    rc: rc::Decoder<'a>,
+}
+
+impl In<'_> {
+    fn int(&mut self, m: &mut IntModel) -> Result<u128, CodecError> {
+        self.rc.int(m).ok_or(bad("an integer out of range"))
+    }
+
+    fn count(&mut self, m: &mut IntModel, cap: usize) -> Result<usize, CodecError> {
+        usize::try_from(self.int(m)?)
+            .ok()
+            .filter(|&n| n <= cap)
+            .ok_or(bad("a count is larger than the payload allows"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding.
+
+/// Encode `b` (a delta against `reference` when given) into `out`; returns the tables, kept
+/// when this is a key record.
+pub fn encode(
+    b: &Batch,
+    reference: Option<&Tables>,
+    out: &mut Vec<u8>,
+) -> Result<Tables, CodecError> {
+    let v = serde_json::to_value(b).map_err(|e| CodecError::Json(e.to_string()))?;
+    encode_value(v, reference, out)
+}
+
+/// Encode a Batch's serde value (any JSON object).
+pub fn encode_value(
+    v: Value,
+    reference: Option<&Tables>,
+    out: &mut Vec<u8>,
+) -> Result<Tables, CodecError> {
+    let Value::Object(mut rest) = v else {
+        return Err(CodecError::Json("a batch is not a JSON object".into()));
+    };
+    let names: Vec<String> = rest
+        .iter()
+        .filter(|(_, v)| is_table(v))
+        .map(|(k, _)| k.clone())
+        .take(MAX_TABLES)
+        .collect();
+    let mut o = Out {
+        bytes: Vec::new(),
+        rc: rc::Encoder::default(),
+    };
+    let mut tables = Vec::with_capacity(names.len());
+    put_varint(&mut o.bytes, names.len() as u128);
+    for name in names {
+        let Some(Value::Array(rows)) = rest.remove(&name) else {
+            return Err(bad("a table vanished"));
+        };
+        let reft = reference.and_then(|r| r.get(&name));
+        tables.push(encode_table(name, rows, reft, &mut o)?);
+    }
+    // The rest: a skeleton (like the key's, so zstd takes it from the key's bytes) and its
+    // integers, coded against the key's.
+    let mut rest = Value::Object(rest);
+    let mut ints = Vec::new();
+    take_ints(&mut rest, &mut ints);
+    let json = serde_json::to_vec(&rest).map_err(|e| CodecError::Json(e.to_string()))?;
+    put_varint(&mut o.bytes, json.len() as u128);
+    o.bytes.extend_from_slice(&json);
+    let keyints = reference
+        .filter(|r| r.skeleton == json && r.ints.len() == ints.len())
+        .map(|r| &r.ints[..]);
+    o.bytes.push(u8::from(keyints.is_some()));
+    let mut m = IntModel::default();
+    for (k, x) in ints.iter().enumerate() {
+        let p = keyints.map_or(0, |r| r[k]);
+        o.rc.int(&mut m, zigzag(x - p));
+    }
+    let rc = o.rc.finish();
+    put_varint(out, rc.len() as u128);
+    out.extend_from_slice(&rc);
+    out.extend_from_slice(&o.bytes);
+    Ok(Tables {
+        tables,
+        skeleton: json,
+        ints,
+    })
+}
+
+/// An array of objects with the same fields, one of them an integer `pid`.
+fn is_table(v: &Value) -> bool {
+    let Value::Array(rows) = v else {
+        return false;
+    };
+    let Some(Value::Object(first)) = rows.first() else {
+        return false;
+    };
+    if first.len() > MAX_COLS || rows.len() > MAX_CELLS / first.len().max(1) {
+        return false;
+    }
+    rows.iter().all(|r| match r {
+        Value::Object(m) => {
+            m.len() == first.len()
+                && m.keys()
+                    .all(|k| first.contains_key(k) && k.len() <= MAX_NAME)
+                && m.get(KEY_FIELD).and_then(Value::as_u64).is_some()
+        }
+        _ => false,
+    })
+}
+
+/// Match sorted `pids` against the sorted pids of the reference: for each row, the index of
+/// its reference row (the k-th occurrence of a pid matches the k-th).
+fn match_rows(pids: &[u64], refp: &[u64]) -> (Vec<Option<usize>>, Vec<bool>) {
+    let mut rows = vec![None; pids.len()];
+    let mut used = vec![false; refp.len()];
+    let (mut i, mut j) = (0, 0);
+    while i < pids.len() && j < refp.len() {
+        match pids[i].cmp(&refp[j]) {
+            Ordering::Less => i += 1,
+            Ordering::Greater => j += 1,
+            Ordering::Equal => {
+                rows[i] = Some(j);
+                used[j] = true;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    (rows, used)
+}
+
+fn kind_of(c: &Column) -> u8 {
+    if c.cells.iter().all(|v| as_int(v).is_some()) {
+        KIND_INT
+    } else if c.cells.iter().all(|v| int_list(v).is_some()) {
+        KIND_INT_LIST
+    } else {
+        KIND_JSON
+    }
+}
+
+fn encode_table(
+    name: String,
+    rows: Vec<Value>,
+    reft: Option<&Table>,
+    o: &mut Out,
+) -> Result<Table, CodecError> {
+    let mut objs: Vec<Map<String, Value>> = rows
+        .into_iter()
+        .filter_map(|r| match r {
+            Value::Object(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    let pid_of = |m: &Map<String, Value>| m.get(KEY_FIELD).and_then(Value::as_u64).unwrap_or(0);
+    // Stored order: by pid, ties in their original order (a stable sort).
+    let mut stored: Vec<usize> = (0..objs.len()).collect();
+    stored.sort_by_key(|&i| pid_of(&objs[i]));
+    let pids: Vec<u64> = stored.iter().map(|&i| pid_of(&objs[i])).collect();
+    let fields: Vec<String> = objs
+        .first()
+        .map(|m| m.keys().filter(|k| *k != KEY_FIELD).cloned().collect())
+        .unwrap_or_default();
+    let mut cols: Vec<Column> = fields
+        .iter()
+        .map(|f| Column {
+            name: f.clone(),
+            cells: stored
+                .iter()
+                .map(|&i| objs[i].remove(f).unwrap_or(Value::Null))
+                .collect(),
+        })
+        .collect();
+    // Integer lists first (other columns may be predicted from their sums), then integers.
+    cols.sort_by_key(|c| match kind_of(c) {
+        KIND_INT_LIST => 0,
+        KIND_INT => 1,
+        _ => 2,
+    });
+
+    put_str(&mut o.bytes, &name);
+    put_varint(&mut o.bytes, pids.len() as u128);
+    let refs = match reft {
+        Some(r) => {
+            o.bytes.push(1);
+            let (refs, used) = match_rows(&pids, &r.pids);
+            let mut p = Bit::default();
+            for u in used {
+                o.rc.bit(&mut p, u);
+            }
+            let mut m = IntModel::default();
+            let mut prev = 0;
+            for (&pid, r) in pids.iter().zip(&refs) {
+                if r.is_none() {
+                    o.rc.int(&mut m, u128::from(pid - prev));
+                    prev = pid;
+                }
+            }
+            refs
+        }
+        None => {
+            o.bytes.push(0);
+            let mut m = IntModel::default();
+            let mut prev = 0;
+            for &pid in &pids {
+                o.rc.int(&mut m, u128::from(pid - prev));
+                prev = pid;
+            }
+            vec![None; pids.len()]
+        }
+    };
+    put_varint(&mut o.bytes, cols.len() as u128);
+    let mut sums: Vec<Option<Vec<i128>>> = Vec::new();
+    for c in &cols {
+        put_str(&mut o.bytes, &c.name);
+        let refc = reft.and_then(|r| r.cols.iter().find(|x| x.name == c.name));
+        let kind = kind_of(c);
+        o.bytes.push(kind);
+        match kind {
+            KIND_INT_LIST => {
+                let vals: Vec<Vec<i128>> = c
+                    .cells
+                    .iter()
+                    .map(|v| int_list(v).unwrap_or_default())
+                    .collect();
+                let d = gcd_all(vals.iter().flatten().copied());
+                put_varint(&mut o.bytes, d as u128);
+                let mut lens = IntModel::default();
+                let mut elems = [IntModel::default(), IntModel::default()];
+                for v in &vals {
+                    o.rc.int(&mut lens, v.len() as u128);
+                    let mut ctx = 0;
+                    for x in v {
+                        o.rc.int(&mut elems[ctx], zigzag(x / d));
+                        ctx = usize::from(*x != 0);
+                    }
+                }
+                sums.push(Some(vals.iter().map(|v| v.iter().sum()).collect()));
+            }
+            KIND_INT => {
+                let vals: Vec<i128> = c.cells.iter().map(|v| as_int(v).unwrap_or(0)).collect();
+                encode_ints(o, &vals, &refs, refc, &sums)?;
+                sums.push(None);
+            }
+            _ => {
+                encode_json(o, &c.cells, &refs, refc)?;
+                sums.push(None);
+            }
+        }
+    }
+    // Row order: the original row k is stored row order[k].
+    let mut order = vec![0usize; stored.len()];
+    for (s, &orig) in stored.iter().enumerate() {
+        order[orig] = s;
+    }
+    encode_order(o, &order, &cols);
+    Ok(Table {
+        name,
+        pids,
+        cols,
+        order,
+    })
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The largest divisor of every value (1 when they are all zero), at most 2^64.
+fn gcd_all(xs: impl Iterator<Item = i128>) -> i128 {
+    let g = xs.fold(0u128, |g, x| gcd(g, x.unsigned_abs()));
+    g.clamp(1, 1 << 64) as i128
+}
+
+/// Predictions of every row of an integer column.
+fn predict(
+    code: u8,
+    n: usize,
+    refs: &[Option<usize>],
+    refc: Option<&Column>,
+    sums: &[Option<Vec<i128>>],
+    prev_vals: Option<&[i128]>,
+) -> Option<Vec<i128>> {
+    match code {
+        PRED_NONE => Some(vec![0; n]),
+        PRED_REF => {
+            let rc = refc?;
+            let mut p = Vec::with_capacity(n);
+            for (k, r) in refs.iter().enumerate() {
+                p.push(match r {
+                    Some(j) => as_int(rc.cells.get(*j)?)?,
+                    None => match (k, prev_vals) {
+                        (0, _) => 0,
+                        (_, Some(v)) => *v.get(k - 1)?,
+                        (_, None) => return None,
+                    },
+                });
+            }
+            Some(p)
+        }
+        c => sums.get(usize::from(c - PRED_SUM))?.clone(),
+    }
+}
+
+fn encode_ints(
+    o: &mut Out,
+    vals: &[i128],
+    refs: &[Option<usize>],
+    refc: Option<&Column>,
+    sums: &[Option<Vec<i128>>],
+) -> Result<(), CodecError> {
+    let d = gcd_all(vals.iter().copied());
+    let mut codes = vec![PRED_NONE, PRED_REF];
+    codes.extend(
+        (0..sums.len().min(usize::from(u8::MAX - PRED_SUM)))
+            .filter(|&j| sums[j].is_some())
+            .map(|j| PRED_SUM + j as u8),
+    );
+    // The prediction that leaves the fewest bits wins.
+    let mut best: Option<(u64, u8, Vec<i128>)> = None;
+    for code in codes {
+        let Some(pred) = predict(code, vals.len(), refs, refc, sums, Some(vals)) else {
+            continue;
+        };
+        let Some(diffs) = vals
+            .iter()
+            .zip(&pred)
+            .map(|(v, p)| Some((v - snap(*p, d)?) / d))
+            .collect::<Option<Vec<i128>>>()
+        else {
+            continue;
+        };
+        let cost: u64 = diffs
+            .iter()
+            .map(|x| u64::from(128 - zigzag(*x).leading_zeros()) + 2)
+            .sum();
+        if best.as_ref().is_none_or(|b| cost < b.0) {
+            best = Some((cost, code, diffs));
+        }
+    }
+    let (_, code, diffs) = best.ok_or(bad("no prediction fits"))?;
+    o.bytes.push(code);
+    put_varint(&mut o.bytes, d as u128);
+    let mut m = IntModel::default();
+    for x in diffs {
+        o.rc.int(&mut m, zigzag(x));
+    }
+    Ok(())
+}
+
+fn encode_json(
+    o: &mut Out,
+    cells: &[Value],
+    refs: &[Option<usize>],
+    refc: Option<&Column>,
+) -> Result<(), CodecError> {
+    let same: Vec<bool> = cells
+        .iter()
+        .zip(refs)
+        .map(|(v, r)| matches!((r, refc), (Some(j), Some(rc)) if rc.cells.get(*j) == Some(v)))
+        .collect();
+    let use_ref = same.iter().any(|&s| s);
+    o.bytes.push(u8::from(use_ref));
+    // The other cells: a list of distinct values, and an index per cell.
+    let mut distinct: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut list: Vec<Vec<u8>> = Vec::new();
+    let mut idx = Vec::new();
+    for (v, s) in cells.iter().zip(&same) {
+        if !(use_ref && *s) {
+            let j = serde_json::to_vec(v).map_err(|e| CodecError::Json(e.to_string()))?;
+            let n = distinct.len();
+            let i = *distinct.entry(j.clone()).or_insert_with(|| {
+                list.push(j);
+                n
+            });
+            idx.push(i);
+        }
+    }
+    put_varint(&mut o.bytes, list.len() as u128);
+    for j in &list {
+        put_varint(&mut o.bytes, j.len() as u128);
+        o.bytes.extend_from_slice(j);
+    }
+    let mut p = Bit::default();
+    let mut m = IntModel::default();
+    let mut next = idx.into_iter();
+    for (r, s) in refs.iter().zip(&same) {
+        if use_ref && r.is_some() {
+            o.rc.bit(&mut p, *s);
+            if *s {
+                continue;
+            }
+        }
+        if list.len() > 1 {
+            o.rc.int(&mut m, next.next().unwrap_or(0) as u128);
+        }
+    }
+    Ok(())
+}
+
+/// Stored rows by weight (the sum of some integer columns), heaviest first, ties by pid
+/// (stored order).
+fn weight_order(cols: &[&[i128]], n: usize) -> (Vec<usize>, Vec<i128>) {
+    let w: Vec<i128> = (0..n).map(|s| cols.iter().map(|c| c[s]).sum()).collect();
+    let mut o: Vec<usize> = (0..n).collect();
+    o.sort_by_key(|&s| std::cmp::Reverse(w[s]));
+    (o, w)
+}
+
+/// Runs of equal weight in a weight order, as ranges of positions (two or more rows).
+fn tie_groups(o: &[usize], w: &[i128]) -> Vec<std::ops::Range<usize>> {
+    let mut g = Vec::new();
+    let mut start = 0;
+    for i in 1..=o.len() {
+        if i == o.len() || w[o[i]] != w[o[start]] {
+            if i - start > 1 {
+                g.push(start..i);
+            }
+            start = i;
+        }
+    }
+    g
+}
+
+fn encode_order(o: &mut Out, order: &[usize], cols: &[Column]) {
+    if order.iter().enumerate().all(|(k, &s)| k == s) {
+        o.bytes.push(ORDER_STORED);
+        return;
+    }
+    // The kernel's rankings: heaviest first by one column or the sum of two, ties by pid;
+    // rows whose weights became equal by rounding are put back in their order explicitly.
+    let ints: Vec<(usize, Vec<i128>)> = cols
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let v: Option<Vec<i128>> = c.cells.iter().map(as_int).collect();
+            v.map(|v| (i, v))
+        })
+        .take(8)
+        .collect();
+    let mut sets: Vec<Vec<usize>> = (0..ints.len()).map(|i| vec![i]).collect();
+    for i in 0..ints.len() {
+        for j in i + 1..ints.len() {
+            sets.push(vec![i, j]);
+        }
+    }
+    for set in sets {
+        let cs: Vec<&[i128]> = set.iter().map(|&i| &ints[i].1[..]).collect();
+        let (base, w) = weight_order(&cs, order.len());
+        if !order.windows(2).all(|p| w[p[0]] >= w[p[1]]) {
+            continue;
+        }
+        o.bytes.push(ORDER_WEIGHT);
+        put_varint(&mut o.bytes, set.len() as u128);
+        for i in set {
+            put_varint(&mut o.bytes, ints[i].0 as u128);
+        }
+        let mut m = IntModel::default();
+        for g in tie_groups(&base, &w) {
+            let mut left: Vec<usize> = base[g.clone()].to_vec();
+            for &s in &order[g.start..g.end - 1] {
+                let i = left.iter().position(|&x| x == s).unwrap_or(0);
+                o.rc.int(&mut m, i as u128);
+                left.remove(i);
+            }
+        }
+        return;
+    }
+    o.bytes.push(ORDER_EXPLICIT);
+    let mut m = IntModel::default();
+    for &s in order {
+        o.rc.int(&mut m, s as u128);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding.
+
+/// Decode a payload (a delta against `reference` when given). With `keep`, also returns the
+/// tables (a key record's, for its deltas).
+pub fn decode(
+    bytes: &[u8],
+    reference: Option<&Tables>,
+    keep: bool,
+) -> Result<(Batch, Option<Tables>), CodecError> {
+    let (v, t) = decode_value(bytes, reference, keep)?;
+    let b = serde_json::from_value(v).map_err(|e| CodecError::Json(e.to_string()))?;
+    Ok((b, t))
+}
+
+/// Decode a payload into the serde value of its Batch.
+pub fn decode_value(
+    bytes: &[u8],
+    reference: Option<&Tables>,
+    keep: bool,
+) -> Result<(Value, Option<Tables>), CodecError> {
+    let mut inp = Input { b: bytes, at: 0 };
+    let rc_len = inp.count(0, bytes.len())?;
+    let rc_bytes = inp.bytes(rc_len)?;
+    let mut d = In {
+        inp,
+        rc: rc::Decoder::new(rc_bytes),
+    };
+    let mut budget = Budget(0);
+    let n = d.inp.count(1, MAX_TABLES)?;
+    let mut tables: Vec<Table> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = decode_table(&mut d, reference, &mut budget)?;
+        if tables.iter().any(|x| x.name == t.name) {
+            return Err(bad("a table appears twice"));
+        }
+        tables.push(t);
+    }
+    let len = d.inp.count(0, usize::MAX)?;
+    let json = d.inp.bytes(len)?;
+    let mut rest: Value =
+        serde_json::from_slice(json).map_err(|e| CodecError::Json(e.to_string()))?;
+    let nints = count_ints(&rest);
+    budget.take(nints)?;
+    let keyints = match d.inp.byte()? {
+        0 => None,
+        1 => Some(
+            reference
+                .filter(|r| r.skeleton == json && r.ints.len() == nints)
+                .ok_or(bad("a delta without its key's fields"))?,
+        ),
+        _ => return Err(bad("an unknown field coding")),
+    };
+    let mut ints = Vec::with_capacity(nints);
+    let mut m = IntModel::default();
+    for k in 0..nints {
+        let p = keyints.map_or(0, |r| r.ints[k]);
+        ints.push(scaled(d.int(&mut m)?, 1, p)?);
+    }
+    if d.inp.left() != 0 {
+        return Err(bad("bytes after the end of the payload"));
+    }
+    if d.rc.consumed() > rc_len + 4 {
+        return Err(bad("the coded integers end early"));
+    }
+    let kept = keep.then(|| Tables {
+        tables: tables.clone(),
+        skeleton: json.to_vec(),
+        ints: ints.clone(),
+    });
+    let values = ints
+        .into_iter()
+        .map(int_value)
+        .collect::<Result<Vec<_>, _>>()?;
+    put_ints(&mut rest, &mut values.into_iter());
+    let Value::Object(mut rest) = rest else {
+        return Err(bad("the payload's fields are not an object"));
+    };
+    for t in tables {
+        let (name, rows) = rows_of(t)?;
+        if rest.insert(name, Value::Array(rows)).is_some() {
+            return Err(bad("a table is also a plain field"));
+        }
+    }
+    Ok((Value::Object(rest), kept))
+}
+
+fn decode_table(
+    d: &mut In<'_>,
+    reference: Option<&Tables>,
+    budget: &mut Budget,
+) -> Result<Table, CodecError> {
+    let name = d.inp.str()?.to_owned();
+    let nrows = d.inp.count(0, MAX_CELLS)?;
+    budget.take(nrows)?;
+    let mut pids = Vec::with_capacity(nrows);
+    let mut refs = Vec::with_capacity(nrows);
+    let mut m = IntModel::default();
+    let reft = match d.inp.byte()? {
+        0 => {
+            let mut p = 0u64;
+            for _ in 0..nrows {
+                p = u64::try_from(d.int(&mut m)?)
+                    .ok()
+                    .and_then(|x| p.checked_add(x))
+                    .ok_or(bad("a pid out of range"))?;
+                pids.push(p);
+                refs.push(None);
+            }
+            None
+        }
+        1 => {
+            let r = reference
+                .and_then(|r| r.get(&name))
+                .ok_or(bad("a delta table without its key table"))?;
+            let mut bit = Bit::default();
+            let used: Vec<bool> = r.pids.iter().map(|_| d.rc.bit(&mut bit)).collect();
+            let nold = used.iter().filter(|&&u| u).count();
+            let nnew = nrows
+                .checked_sub(nold)
+                .ok_or(bad("a table's row count does not match its rows"))?;
+            let mut new = Vec::with_capacity(nnew);
+            let mut p = 0u64;
+            for _ in 0..nnew {
+                p = u64::try_from(d.int(&mut m)?)
+                    .ok()
+                    .and_then(|x| p.checked_add(x))
+                    .ok_or(bad("a pid out of range"))?;
+                new.push(p);
+            }
+            // Merge the key's pids still present with the new ones, as the encoder sorted.
+            let mut old = r
+                .pids
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| used[*j])
+                .peekable();
+            let mut new = new.into_iter().peekable();
+            loop {
+                let take_old = match (old.peek(), new.peek()) {
+                    (Some((_, o)), Some(n)) => **o <= *n,
+                    (Some(_), None) => true,
+                    (None, Some(_)) => false,
+                    (None, None) => break,
+                };
+                if take_old {
+                    if let Some((j, p)) = old.next() {
+                        pids.push(*p);
+                        refs.push(Some(j));
+                    }
+                } else if let Some(p) = new.next() {
+                    pids.push(p);
+                    refs.push(None);
+                }
+            }
+            Some(r)
+        }
+        _ => return Err(bad("an unknown pid coding")),
+    };
+    let ncols = d.inp.count(1, MAX_COLS)?;
+    budget.take(nrows.saturating_mul(ncols))?;
+    let mut cols: Vec<Column> = Vec::with_capacity(ncols);
+    let mut sums: Vec<Option<Vec<i128>>> = Vec::with_capacity(ncols);
+    for _ in 0..ncols {
+        let cname = d.inp.str()?.to_owned();
+        if cname == KEY_FIELD || cols.iter().any(|c| c.name == cname) {
+            return Err(bad("a column appears twice"));
+        }
+        let refc = reft.and_then(|r| r.cols.iter().find(|x| x.name == cname));
+        let (cells, sum) = match d.inp.byte()? {
+            KIND_INT_LIST => {
+                let dv = divisor(&mut d.inp)?;
+                let mut lens = IntModel::default();
+                let mut elems = [IntModel::default(), IntModel::default()];
+                let mut cells = Vec::with_capacity(nrows);
+                let mut sum = Vec::with_capacity(nrows);
+                for _ in 0..nrows {
+                    let l = d.count(&mut lens, MAX_CELLS)?;
+                    budget.take(l)?;
+                    let mut list = Vec::with_capacity(l);
+                    let mut s = 0i128;
+                    let mut ctx = 0;
+                    for _ in 0..l {
+                        let x = scaled(d.int(&mut elems[ctx])?, dv, 0)?;
+                        s = s.checked_add(x).ok_or(bad("an integer out of range"))?;
+                        list.push(int_value(x)?);
+                        ctx = usize::from(x != 0);
+                    }
+                    cells.push(Value::Array(list));
+                    sum.push(s);
+                }
+                (cells, Some(sum))
+            }
+            KIND_INT => {
+                let code = d.inp.byte()?;
+                let dv = divisor(&mut d.inp)?;
+                if code >= PRED_SUM
+                    && sums
+                        .get(usize::from(code - PRED_SUM))
+                        .is_none_or(|s| s.is_none())
+                {
+                    return Err(bad("a prediction from a column that is not a list"));
+                }
+                let mut vals: Vec<i128> = Vec::with_capacity(nrows);
+                let mut m = IntModel::default();
+                for (k, r) in refs.iter().enumerate() {
+                    let p = match code {
+                        PRED_NONE => 0,
+                        PRED_REF => match *r {
+                            Some(j) => refc
+                                .and_then(|c| c.cells.get(j))
+                                .and_then(as_int)
+                                .ok_or(bad("a prediction from a key cell that is not there"))?,
+                            None => vals.last().copied().unwrap_or(0),
+                        },
+                        c => sums
+                            .get(usize::from(c - PRED_SUM))
+                            .and_then(|s| s.as_ref())
+                            .and_then(|s| s.get(k).copied())
+                            .ok_or(bad("a prediction from a column that is not a list"))?,
+                    };
+                    let p = snap(p, dv).ok_or(bad("an integer out of range"))?;
+                    vals.push(scaled(d.int(&mut m)?, dv, p)?);
+                }
+                let cells = vals
+                    .into_iter()
+                    .map(int_value)
+                    .collect::<Result<Vec<_>, _>>()?;
+                (cells, None)
+            }
+            KIND_JSON => (decode_json(d, &refs, refc)?, None),
+            _ => return Err(bad("an unknown column kind")),
+        };
+        cols.push(Column { name: cname, cells });
+        sums.push(sum);
+    }
+    let order = decode_order(d, &cols, nrows)?;
+    Ok(Table {
+        name,
+        pids,
+        cols,
+        order,
+    })
+}
+
+fn divisor(inp: &mut Input<'_>) -> Result<i128, CodecError> {
+    let d = inp.varint()?;
+    if d == 0 || d > 1 << 64 {
+        return Err(bad("a bad divisor"));
+    }
+    Ok(d as i128)
+}
+
+/// `pred + d * unzigzag(x)`, checked.
+fn scaled(x: u128, d: i128, pred: i128) -> Result<i128, CodecError> {
+    unzigzag(x)
+        .checked_mul(d)
+        .and_then(|y| y.checked_add(pred))
+        .ok_or(bad("an integer out of range"))
+}
+
+fn decode_json(
+    d: &mut In<'_>,
+    refs: &[Option<usize>],
+    refc: Option<&Column>,
+) -> Result<Vec<Value>, CodecError> {
+    let use_ref = match d.inp.byte()? {
+        0 => false,
+        1 => true,
+        _ => return Err(bad("an unknown cell coding")),
+    };
+    let n = d.inp.count(1, MAX_CELLS)?;
+    let mut list = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = d.inp.count(0, usize::MAX)?;
+        let v: Value = serde_json::from_slice(d.inp.bytes(len)?)
+            .map_err(|e| CodecError::Json(e.to_string()))?;
+        list.push(v);
+    }
+    let mut p = Bit::default();
+    let mut m = IntModel::default();
+    let mut cells = Vec::with_capacity(refs.len());
+    for r in refs {
+        if use_ref
+            && let Some(j) = r
+            && d.rc.bit(&mut p)
+        {
+            // Each key row is matched at most once: copies never exceed the key's size.
+            let v = refc
+                .and_then(|c| c.cells.get(*j))
+                .ok_or(bad("a copy of a key cell that is not there"))?;
+            cells.push(v.clone());
+            continue;
+        }
+        let i = if list.len() > 1 {
+            d.count(&mut m, list.len())?
+        } else {
+            0
+        };
+        cells.push(
+            list.get(i)
+                .cloned()
+                .ok_or(bad("a cell refers to a value that is not there"))?,
+        );
+    }
+    Ok(cells)
+}
+
+fn decode_order(d: &mut In<'_>, cols: &[Column], n: usize) -> Result<Vec<usize>, CodecError> {
+    match d.inp.byte()? {
+        ORDER_STORED => Ok((0..n).collect()),
+        ORDER_WEIGHT => {
+            let k = d.inp.count(1, MAX_COLS)?;
+            let mut ints = Vec::with_capacity(k);
+            for _ in 0..k {
+                let i = d.inp.count(0, MAX_COLS)?;
+                let c = cols
+                    .get(i)
+                    .ok_or(bad("a ranking by a column that is not there"))?;
+                let v: Option<Vec<i128>> = c.cells.iter().map(as_int).collect();
+                ints.push(v.ok_or(bad("a ranking by a column that is not integers"))?);
+            }
+            let cs: Vec<&[i128]> = ints.iter().map(|v| &v[..]).collect();
+            let (mut o, w) = weight_order(&cs, n);
+            let mut m = IntModel::default();
+            for g in tie_groups(&o, &w) {
+                let mut left: Vec<usize> = o[g.clone()].to_vec();
+                for slot in &mut o[g.start..g.end - 1] {
+                    let i = d.count(&mut m, left.len() - 1)?;
+                    *slot = left.remove(i);
+                }
+                o[g.end - 1] = left.pop().ok_or(bad("a bad row order"))?;
+            }
+            Ok(o)
+        }
+        ORDER_EXPLICIT => {
+            let mut seen = vec![false; n];
+            let mut o = Vec::with_capacity(n);
+            let mut m = IntModel::default();
+            for _ in 0..n {
+                let s = d.count(&mut m, n)?;
+                match seen.get_mut(s) {
+                    Some(x) if !*x => *x = true,
+                    _ => return Err(bad("a row order that is not a permutation")),
+                }
+                o.push(s);
+            }
+            Ok(o)
+        }
+        _ => Err(bad("an unknown row order")),
+    }
+}
+
+/// The table as the array of objects it was, in its original order.
+fn rows_of(t: Table) -> Result<(String, Vec<Value>), CodecError> {
+    let mut stored: Vec<Option<Map<String, Value>>> = t
+        .pids
+        .iter()
+        .map(|&p| {
+            let mut m = Map::new();
+            m.insert(KEY_FIELD.into(), Value::from(p));
+            Some(m)
+        })
+        .collect();
+    for c in t.cols {
+        for (s, v) in c.cells.into_iter().enumerate() {
+            if let Some(Some(m)) = stored.get_mut(s) {
+                m.insert(c.name.clone(), v);
+            }
+        }
+    }
+    let rows = t
+        .order
+        .iter()
+        .map(|&s| {
+            stored
+                .get_mut(s)
+                .and_then(Option::take)
+                .map(Value::Object)
+                .ok_or(bad("a bad row order"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((t.name, rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::batch::build::plausible;
+    use crate::batch::{CpuRow, MemRow, ProcInfo};
+    use crate::record::codec::rounded;
+
+    fn round_trip(b: &Batch, reference: Option<&Tables>) -> (Batch, Tables) {
+        let mut out = Vec::new();
+        let t = encode(b, reference, &mut out).unwrap();
+        let (got, kept) = decode(&out, reference, true).unwrap();
+        assert_eq!(
+            kept.as_ref(),
+            Some(&t),
+            "the decoder keeps what the encoder kept"
+        );
+        (got, t)
+    }
+
+    #[test]
+    fn plausible_intervals_round_trip_as_keys_and_deltas() {
+        let key = plausible(1, 40);
+        let (got, t) = round_trip(&key, None);
+        assert_eq!(got, key);
+        for s in 2..60 {
+            let b = rounded(&plausible(s, 30 + (s % 17) as u32));
+            assert_eq!(round_trip(&b, Some(&t)).0, b, "interval {s}");
+        }
+    }
+
+    #[test]
+    fn fields_it_does_not_know_round_trip() {
+        // A later Batch: cgroup and tid on cpu rows, a new table, a new plain field, floats,
+        // rows of one table with a field the others lack (not a table then), negative ints.
+        let mut v = serde_json::to_value(plausible(3, 5)).unwrap();
+        for (i, r) in v["cpu"].as_array_mut().unwrap().iter_mut().enumerate() {
+            r["cgroup"] = json!(4000 + i % 2);
+            r["tid"] = json!(if i == 2 { Value::Null } else { json!(7000 + i) });
+        }
+        v["cgroups"] = json!([{"id": 1, "path": "/a", "ns": 5}, {"id": 2, "path": "/b", "ns": 0}]);
+        v["load"] = json!({"avg": [0.5, 1.25], "n": -3});
+        v["mixed"] = json!([{"pid": 1, "x": 1}, {"pid": 2, "y": 2}]);
+        v["dups"] = json!([{"pid": 5, "x": -1}, {"pid": 5, "x": 2}, {"pid": 1, "x": 3}]);
+        let mut out = Vec::new();
+        let t = encode_value(v.clone(), None, &mut out).unwrap();
+        assert_eq!(decode_value(&out, None, false).unwrap().0, v);
+        // And as a delta against it, with rows gone and new ones.
+        let mut w = v.clone();
+        w["cpu"].as_array_mut().unwrap().remove(1);
+        w["cpu"][0]["cgroup"] = json!(9);
+        w["dups"] = json!([{"pid": 5, "x": 4}, {"pid": 6, "x": 2}, {"pid": 5, "x": 3}]);
+        let mut out = Vec::new();
+        encode_value(w.clone(), Some(&t), &mut out).unwrap();
+        assert_eq!(decode_value(&out, Some(&t), false).unwrap().0, w);
+        // A delta needs its key.
+        assert!(decode_value(&out, None, false).is_err());
+    }
+
+    #[test]
+    fn truncated_and_flipped_payloads_fail_cleanly() {
+        let key = plausible(1, 20);
+        let mut kb = Vec::new();
+        let t = encode(&key, None, &mut kb).unwrap();
+        let mut db = Vec::new();
+        encode(&rounded(&plausible(2, 25)), Some(&t), &mut db).unwrap();
+        for bytes in [&kb, &db] {
+            for cut in 0..bytes.len() {
+                let _ = decode(&bytes[..cut], Some(&t), false);
+            }
+            for bit in 0..bytes.len() * 8 {
+                let mut b = bytes.clone();
+                b[bit / 8] ^= 1 << (bit % 8);
+                let _ = decode(&b, Some(&t), false);
+            }
+        }
+    }
+
+    fn batch_strategy() -> impl Strategy<Value = Batch> {
+        let row = (
+            0u32..64,
+            any::<u64>(),
+            prop::collection::vec(0u64..50_000_000, 0..7),
+            any::<i64>(),
+            prop::option::of(any::<u32>()),
+            "[a-z/ ]{0,12}",
+        );
+        (
+            prop::collection::vec(row, 0..40),
+            any::<bool>(),
+            any::<u64>(),
+        )
+            .prop_map(|(rows, sorted, seq)| {
+                let mut b = plausible(seq % 1000, 3);
+                b.cpu = rows
+                    .iter()
+                    .map(|r| CpuRow {
+                        pid: r.0,
+                        ns: r.1,
+                        bins: r.2.clone(),
+                    })
+                    .collect();
+                if sorted {
+                    b.cpu
+                        .sort_by(|x, y| y.ns.cmp(&x.ns).then(x.pid.cmp(&y.pid)));
+                }
+                b.mem = rows
+                    .iter()
+                    .map(|r| MemRow {
+                        pid: r.0,
+                        rss_bytes: r.1 / 4096 * 4096,
+                        rss_delta_bytes: r.3,
+                    })
+                    .collect();
+                b.procs = rows
+                    .iter()
+                    .map(|r| ProcInfo {
+                        pid: r.0,
+                        start_ticks: r.1 % 1000,
+                        comm: r.5.clone(),
+                        cmdline: r.5.repeat(2),
+                        uid: r.4,
+                        kthread: r.0 % 3 == 0,
+                    })
+                    .collect();
+                b
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn any_batch_round_trips_as_key_and_as_delta(k in batch_strategy(), d in batch_strategy()) {
+            let k = rounded(&k);
+            let d = rounded(&d);
+            let (got, t) = round_trip(&k, None);
+            prop_assert_eq!(got, k);
+            prop_assert_eq!(round_trip(&d, Some(&t)).0, d);
+        }
+    }
+}
