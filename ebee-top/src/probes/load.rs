@@ -14,8 +14,7 @@ use ebee_shared::{cpu::BinCfg, ctl::Ctl, global_names, map_names, prog_names};
 use super::layout::KernelLayout;
 use super::{
     OBJECT, ProbeConfig, ProbeError, Probes, bench, btf, cgroup, classify, cpu, flip, lifecycle,
-    loader,
-    mem, page_size, qos, servers, take_map, wait, write_bins,
+    loader, mem, page_size, qos, servers, take_map, wait, write_bins,
 };
 
 impl Probes {

@@ -1249,6 +1249,13 @@ mod tests {
                         cmdline: r.5.repeat(2),
                         uid: r.4,
                         kthread: r.0 % 3 == 0,
+                        // Left out of the JSON when empty: rows with and without it.
+                        cgroup: if r.0 % 2 == 0 {
+                            format!("/system.slice/{}.service", r.5)
+                        } else {
+                            String::new()
+                        },
+                        tgid: None,
                     })
                     .collect();
                 b
