@@ -8,6 +8,7 @@ use std::collections::BinaryHeap;
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd as _, FromRawFd as _};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::die;
@@ -92,7 +93,8 @@ fn delay_of(i: u64, slow_every: u64, fast: Duration, slow: Duration) -> Duration
 /// Serve 4-byte requests on 127.0.0.1:`port`, answering each with 4 bytes `fast_us` after it
 /// was read (`slow_us` for every `slow_every`-th request of a connection), sleeping until
 /// `spin_us` before the deadline and spinning the rest. `split`: each connection has a thread
-/// that reads requests and another that answers them. `fifo`: run at real-time priority.
+/// that reads requests and another that answers them. `fifo`: run at real-time priority. A
+/// connection that sends [`OWN_LATENCIES`] first gets the latencies the server measured itself.
 pub fn delay_server(
     port: u16,
     fast_us: u64,
@@ -123,48 +125,85 @@ pub fn delay_server(
     let l = listen(port);
     println!("ready");
     let _ = std::io::stdout().flush();
+    // What the server itself measured: from each request's read returning to its answer's
+    // write returning, in ns. A connection whose first request is `pct?` is sent them all.
+    let own: Arc<Mutex<Vec<u64>>> = Arc::default();
     let spawn = |f: Box<dyn FnOnce() + Send>| {
         let _ = std::thread::Builder::new().stack_size(128 << 10).spawn(f);
     };
     for c in l.incoming() {
         let Ok(mut c) = c else { continue };
         let _ = c.set_nodelay(true);
+        let own = Arc::clone(&own);
         if !split {
             spawn(Box::new(move || {
                 let mut req = [0u8; 4];
                 let mut i = 0u64;
                 while c.read_exact(&mut req).is_ok() {
-                    sleep_until(Instant::now() + delay_of(i, slow_every, fast, slow), spin);
+                    if i == 0 && &req == OWN_LATENCIES {
+                        send_own(&mut c, &own);
+                        return;
+                    }
+                    let read = Instant::now();
+                    sleep_until(read + delay_of(i, slow_every, fast, slow), spin);
                     if c.write_all(&req).is_err() {
                         return;
                     }
+                    note(&own, read);
                     i += 1;
                 }
             }));
             continue;
         }
         let Ok(mut w) = c.try_clone() else { continue };
-        let (tx, rx) = std::sync::mpsc::channel::<([u8; 4], Instant)>();
+        let (tx, rx) = std::sync::mpsc::channel::<([u8; 4], Instant, Instant)>();
+        let own_r = Arc::clone(&own);
         spawn(Box::new(move || {
             let mut req = [0u8; 4];
             let mut i = 0u64;
             while c.read_exact(&mut req).is_ok() {
-                let due = Instant::now() + delay_of(i, slow_every, fast, slow);
-                if tx.send((req, due)).is_err() {
+                if i == 0 && &req == OWN_LATENCIES {
+                    send_own(&mut c, &own_r);
+                    return;
+                }
+                let read = Instant::now();
+                let due = read + delay_of(i, slow_every, fast, slow);
+                if tx.send((req, read, due)).is_err() {
                     return;
                 }
                 i += 1;
             }
         }));
         spawn(Box::new(move || {
-            for (req, due) in rx {
+            for (req, read, due) in rx {
                 sleep_until(due, spin);
                 if w.write_all(&req).is_err() {
                     return;
                 }
+                note(&own, read);
             }
         }));
     }
+}
+
+/// The request that asks a delay server for its own latencies instead of being answered.
+pub const OWN_LATENCIES: &[u8; 4] = b"pct?";
+
+/// Keep one answered request's latency as the server measured it.
+fn note(own: &Mutex<Vec<u64>>, read: Instant) {
+    let ns = u64::try_from(read.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    own.lock().unwrap_or_else(|e| e.into_inner()).push(ns);
+}
+
+/// Write every latency the server measured so far, in ns, one per line, and close.
+fn send_own(c: &mut TcpStream, own: &Mutex<Vec<u64>>) {
+    let text: String = own
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|ns| format!("{ns}\n"))
+        .collect();
+    let _ = c.write_all(text.as_bytes());
 }
 
 /// One client connection of [`delay_client`].
