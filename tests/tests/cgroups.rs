@@ -187,6 +187,107 @@ fn a_cgroups_cpu_matches_its_own_counter_in_v1_and_v2() {
     drop(burners);
 }
 
+/// A process's `RssAnon` from /proc/PID/status, bytes.
+fn rss_anon(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// A cgroup's memory in the cgroups table against what its one process was seen to fault in
+/// (the growth of its `RssAnon` in /proc/PID/status): the cgroup is made in the followed
+/// hierarchy and, where memory is a v1 controller of its own (this machine), at the same path
+/// there; the process joins both and then faults in 64 MiB, which is charged there, and later
+/// frees it. The row follows both ways.
+#[test]
+fn a_cgroups_memory_is_what_its_process_faulted_in() {
+    if !privileged("a_cgroups_memory_is_what_its_process_faulted_in") {
+        return;
+    }
+    use std::io::{BufRead as _, BufReader, Write as _};
+    let Some(fs) = fs(Want::Auto) else {
+        panic!("no cgroup hierarchy mounted: this kind of machine has them");
+    };
+    let me = std::process::id();
+    let name = format!("ebee-test-{me}-mem");
+    let mut cgs = vec![Cg::make(fs.mount.join(&name))];
+    if let Kind::V1 { .. } = fs.kind {
+        let m = fs
+            .memory_v1
+            .as_ref()
+            .expect("this kind of machine mounts the v1 memory controller");
+        cgs.push(Cg::make(m.join(&name)));
+    }
+    let mut hold = spawn_guarded(
+        Command::new(bin("ebee-load"))
+            .args(["hold", "--mib", "0"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped()),
+    )
+    .unwrap();
+    let mut to = hold.0.stdin.take().unwrap();
+    let mut from = BufReader::new(hold.0.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut reply = |line: &mut String| {
+        line.clear();
+        from.read_line(line).unwrap();
+        line.trim().to_owned()
+    };
+    assert_eq!(reply(&mut line), "ready");
+    for cg in &cgs {
+        cg.join(hold.pid());
+    }
+    // Something in the cgroup must run for it to be in the table (ranked by CPU).
+    let burn = burner(0.2);
+    cgs[0].join(burn.pid());
+    let before = rss_anon(hold.pid());
+    writeln!(to, "grow 64").unwrap();
+    assert_eq!(reply(&mut line), "ok");
+    let faulted = rss_anon(hold.pid()) - before;
+    assert!(faulted >= 60 << 20, "only {faulted} bytes faulted in");
+    let path = format!("/{name}");
+    let mut live = Live::start(ProbeConfig::default(), TICK).expect("loading");
+    let mut rss_until = |secs: u64, f: &dyn Fn(u64) -> bool| -> Option<u64> {
+        let end = Instant::now() + Duration::from_secs(secs);
+        let mut last = None;
+        while Instant::now() < end {
+            let bt = live.next_batch().unwrap().unwrap();
+            if let Some(v) = bt
+                .cgroups
+                .iter()
+                .find(|c| c.path == path)
+                .and_then(|c| c.rss_bytes)
+            {
+                last = Some(v);
+                if f(v) {
+                    break;
+                }
+            }
+        }
+        last
+    };
+    // The row's memory is read at most once a second: within 3 s it is there.
+    let shown = rss_until(3, &|v| v >= faulted).expect("the cgroup's row with its memory");
+    eprintln!("{path}: shown {shown} bytes, its process faulted in {faulted} bytes");
+    // Page tables and the kernel's per-CPU charge batches come on top; nothing else of size
+    // is charged there (the process's earlier pages stay with the cgroup it came from).
+    assert!(
+        shown >= faulted && shown <= faulted + faulted / 20,
+        "{path}: {shown} bytes shown, {faulted} faulted in"
+    );
+    writeln!(to, "free").unwrap();
+    assert_eq!(reply(&mut line), "ok");
+    let after = rss_until(3, &|v| v < 8 << 20).expect("the cgroup's row after the free");
+    assert!(after < 8 << 20, "{path}: still {after} bytes after the free");
+    drop(burn);
+    drop(to);
+    drop(hold);
+}
+
 /// Through the live source (the hierarchy chosen on its own): a cgroup whose name is not
 /// UTF-8 shows with the odd byte escaped, and its process carries that path; the process
 /// moves to another cgroup and its path follows; both cgroups are removed while shown and are
@@ -296,13 +397,8 @@ fn batch_json_with_threads_and_without_cgroups() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let last = lines.last().unwrap();
-    // The load's thread group outlives the load when it is killed: end it here.
-    for c in std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", load.pid()))
-        .unwrap_or_default()
-        .split_whitespace()
-    {
-        let _ = Command::new("kill").args(["-9", c]).status();
-    }
+    // Its thread group dies with it (PR_SET_PDEATHSIG).
+    drop(load);
     assert_eq!(last["cgroup_stats"]["available"], false);
     assert!(last["cgroups"].as_array().unwrap().is_empty());
     let first = &last["cpu"][0];
@@ -315,7 +411,6 @@ fn batch_json_with_threads_and_without_cgroups() {
             .all(|l| l["cgroup_stats"]["threads"] == true),
         "every interval after the first is a thread interval"
     );
-    drop(load);
 }
 
 /// Every thread's on-CPU ns of a process, from /proc/PID/task/*/schedstat.
@@ -453,9 +548,8 @@ fn ten_thousand_threads_rank_like_schedstat() {
         "only {} threads read at both ends",
         truth.len()
     );
-    for g in &groups {
-        let _ = Command::new("kill").args(["-9", &g.to_string()]).status();
-    }
+    // The groups die with the load (PR_SET_PDEATHSIG).
+    drop(load);
     // Ranked among the load's threads (the machine's others are in the sketch too).
     ours.retain(|tid, _| truth.contains_key(tid));
     let mut report = Vec::new();
@@ -489,5 +583,4 @@ fn ten_thousand_threads_rank_like_schedstat() {
         "{evicted} ns of {charged} evicted over {n} intervals ({:.1}%)",
         evicted as f64 * 100.0 / charged.max(1) as f64
     );
-    drop(load);
 }

@@ -135,32 +135,37 @@ impl Model {
             }
             return;
         };
-        let mut t = b.clone();
-        t.cpu = rows
-            .iter()
-            .map(|r| CpuRow {
-                pid: r.tid,
-                ns: r.ns,
-                bins: r.bins.clone(),
-            })
-            .collect();
-        t.procs = rows.iter().map(|r| self.thread_info(r)).collect();
-        t.exits = b
-            .exits
-            .iter()
-            .flat_map(|e| {
+        // Only what a process table reads of a Batch: the interval, the rows, their names and
+        // the exits (a process's exit ends its threads).
+        let exited: HashMap<u32, u64> = b.exits.iter().map(|e| (e.pid, e.ts_ns)).collect();
+        let t = Batch {
+            seq: b.seq,
+            t_ms: b.t_ms,
+            start_ns: b.start_ns,
+            end_ns: b.end_ns,
+            bin_width_ns: b.bin_width_ns,
+            ncpus: b.ncpus,
+            cpu: rows
+                .iter()
+                .map(|r| CpuRow {
+                    pid: r.tid,
+                    ns: r.ns,
+                    bins: r.bins.clone(),
+                })
+                .collect(),
+            procs: rows.iter().map(|r| self.thread_info(r)).collect(),
+            exits: if exited.is_empty() {
+                Vec::new()
+            } else {
                 self.thread_pid
                     .iter()
-                    .filter(move |(_, p)| **p == e.pid)
-                    .map(move |(tid, _)| Exit {
-                        pid: *tid,
-                        ts_ns: e.ts_ns,
+                    .filter_map(|(tid, p)| {
+                        exited.get(p).map(|&ts_ns| Exit { pid: *tid, ts_ns })
                     })
-            })
-            .collect();
-        t.wait.clear();
-        t.io.clear();
-        t.pinned.clear();
+                    .collect()
+            },
+            ..Batch::default()
+        };
         for r in rows {
             self.thread_pid.insert(r.tid, r.pid);
         }

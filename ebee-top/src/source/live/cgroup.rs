@@ -3,6 +3,7 @@
 //! cgroups noticed, and thread names.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::time::{Duration, Instant};
 
 use crate::batch::ProcInfo;
@@ -135,7 +136,19 @@ impl CgroupSide {
                 None
             };
             if !path.is_empty() {
-                self.recent.insert(c.key, (path.clone(), now));
+                // The path is copied only when the cgroup is new to `recent` or was renamed.
+                match self.recent.entry(c.key) {
+                    Entry::Occupied(mut e) => {
+                        let (p, seen) = e.get_mut();
+                        if *p != path {
+                            p.clone_from(&path);
+                        }
+                        *seen = now;
+                    }
+                    Entry::Vacant(e) => {
+                        e.insert((path.clone(), now));
+                    }
+                }
             }
             rows.push(row(c, path, rss_bytes));
         }

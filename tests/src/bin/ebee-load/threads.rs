@@ -3,6 +3,7 @@
 //! over all threads and burns about `top_duty / rank^skew` of the time, so the heaviest
 //! threads are spread over every process.
 
+use std::os::unix::process::CommandExt as _;
 use std::time::{Duration, Instant};
 
 use super::{burn_until, die};
@@ -18,7 +19,17 @@ pub fn run(procs: u32, threads: u32, top_duty: f64, skew: f64, seconds: f64) {
     let me = std::env::current_exe().unwrap_or_else(|_| "ebee-load".into());
     let mut children = Vec::new();
     for p in 0..procs {
-        match std::process::Command::new(&me)
+        let mut cmd = std::process::Command::new(&me);
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
+        // which is async-signal-safe. The groups die with this process (a test that kills the
+        // load leaves no thread group burning).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        match cmd
             .args([
                 "thread-group",
                 "--index",
