@@ -282,7 +282,10 @@ fn a_cgroups_memory_is_what_its_process_faulted_in() {
     writeln!(to, "free").unwrap();
     assert_eq!(reply(&mut line), "ok");
     let after = rss_until(3, &|v| v < 8 << 20).expect("the cgroup's row after the free");
-    assert!(after < 8 << 20, "{path}: still {after} bytes after the free");
+    assert!(
+        after < 8 << 20,
+        "{path}: still {after} bytes after the free"
+    );
     drop(burn);
     drop(to);
     drop(hold);

@@ -159,9 +159,7 @@ impl Model {
             } else {
                 self.thread_pid
                     .iter()
-                    .filter_map(|(tid, p)| {
-                        exited.get(p).map(|&ts_ns| Exit { pid: *tid, ts_ns })
-                    })
+                    .filter_map(|(tid, p)| exited.get(p).map(|&ts_ns| Exit { pid: *tid, ts_ns }))
                     .collect()
             },
             ..Batch::default()
