@@ -124,7 +124,8 @@ impl<const W: usize> SketchOf<W> {
 pub struct CpuState {
     /// Epoch word of the interval this CPU writes (its parity picks the sketch).
     pub epoch: u64,
-    /// When this CPU's interval started (the switch that opened it).
+    /// Where this CPU's bin 0 starts, in its task clock: the switch that opened its interval,
+    /// less how long after the flip that switch came.
     pub flip_ts: u64,
     /// Start of the running task's slice: the last switch (0: none seen yet).
     pub last_ts: u64,

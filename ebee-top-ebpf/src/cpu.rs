@@ -22,9 +22,9 @@ use crate::maps::{
 use crate::{atomic_fetch_add, present};
 
 /// The hot path: runs at every context switch on the machine, so it does the least it can.
-/// No atomics and no clock read: "now" is the scheduler's own task clock, which it has just
-/// written into the switching tasks (see `ebee_shared::cpu`), and the per-CPU state holds the
-/// rest. The first switch on a CPU after a flip closes that CPU's interval.
+/// No atomics and no clock read (but one per CPU per interval, at the switch that opens it):
+/// "now" is the scheduler's own task clock, which it has just written into the switching tasks
+/// (see `ebee_shared::cpu`), and the per-CPU state holds the rest. The first switch on a CPU after a flip closes that CPU's interval.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: called by the kernel with the sched_switch arguments.
@@ -107,7 +107,12 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
                 unit_shift: core::ptr::read_volatile(&raw const (*c).bin_unit_shift),
             }
         };
-        s.flip_ts = now;
+        // Bin 0 starts at the flip itself, not at this switch: a CPU whose first switch comes
+        // late (its kick thread waited for the CPU) would otherwise shift every bin of its
+        // interval by that delay. The delay is read in the flip's monotonic clock (one clock
+        // read per CPU per interval, here only) and taken off this task-clock stamp.
+        let late = crate::now_ns().saturating_sub(ctl::flip_ns(epoch));
+        s.flip_ts = now.saturating_sub(late);
         // An empty asm block without `nomem` is a compiler barrier (the BPF backend cannot
         // lower `compiler_fence`).
         // SAFETY: no instructions.

@@ -3,11 +3,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
 
+use std::io::Read as _;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ebee_shared::cpu::{CpuSketch, CpuTrace};
-use ebee_tests::{load, privileged, schedstat_ns};
-use ebee_top::probes::{ProbeConfig, Probes, RawInterval};
+use ebee_shared::cpu::{BURST_BINS, CpuSketch, CpuTrace};
+use ebee_tests::{bin, load, privileged, schedstat_ns, spawn_guarded};
+use ebee_top::probes::{CpuCharge, ProbeConfig, Probes, RawInterval};
 
 const TICK: Duration = Duration::from_millis(50);
 
@@ -281,4 +283,150 @@ fn a_real_time_spinner_is_charged_in_every_interval() {
         "{sum} ns over 30 intervals against schedstat's {truth} ns"
     );
     assert!(moved > 0, "the spinner's CPU was never moved by IPI");
+}
+
+/// The bins of `pid`'s row among `rows` as (start, end, ns), CLOCK_MONOTONIC (bin `i` of an
+/// interval covers `[start + i*w, start + (i+1)*w)`, the last one up to the interval's end).
+fn bins_of(raw: &RawInterval, rows: &[CpuCharge], pid: u32, out: &mut Vec<(u64, u64, u64)>) {
+    let Some(r) = rows.iter().find(|r| r.tgid == pid) else {
+        return;
+    };
+    let w = raw.bin_width_ns;
+    for (i, &ns) in r.bins.iter().enumerate() {
+        let start = raw.start_ns + i as u64 * w;
+        let end = if i == BURST_BINS - 1 {
+            raw.end_ns
+        } else {
+            (start + w).min(raw.end_ns)
+        };
+        if start < end {
+            out.push((start, end, ns));
+        }
+    }
+}
+
+/// Burst bins against when and how long the process ran by its own clocks: `ebee-load bursts
+/// --log` burns 25 ms every 100 ms and prints each burst's CLOCK_MONOTONIC start and end (the
+/// clock of the flips) and the thread's CPU time in it. For the process rows, and for the
+/// thread rows of the per-thread mode: the bins that overlap a burst hold its CPU time (within
+/// 3% and 0.3 ms), and the bins between bursts next to nothing. A bin put in the wrong place by
+/// one width fails both.
+///
+/// Bins are laid out in the scheduler's task clock, which stands still while the hypervisor
+/// runs another guest (steal time, excluded from it on this VM): a steal of a few ms on a CPU
+/// moves that CPU's later bins of the interval as many ms earlier. So one burst in ten may
+/// match only with its bins and the one before; the rest must match exactly.
+#[test]
+fn burst_bins_are_where_and_what_the_process_ran() {
+    if !privileged("burst_bins_are_where_and_what_the_process_ran") {
+        return;
+    }
+    let mut p = probes(ProbeConfig::default());
+    p.set_threads(true).unwrap();
+    let mut child = spawn_guarded(
+        Command::new(bin("ebee-load"))
+            .args([
+                "bursts",
+                "--burst-ms",
+                "25",
+                "--idle-ms",
+                "75",
+                "--seconds",
+                "3",
+                "--log",
+            ])
+            .stdout(Stdio::piped()),
+    )
+    .unwrap();
+    let pid = child.pid();
+    let (mut procs, mut threads) = (Vec::new(), Vec::new());
+    let (mut from, mut to) = (u64::MAX, 0);
+    let mut timeouts = 0;
+    for _ in 0..60 {
+        std::thread::sleep(TICK);
+        let raw = p.drain().unwrap();
+        timeouts += raw.handshake_timeouts;
+        from = from.min(raw.start_ns);
+        to = to.max(raw.end_ns);
+        bins_of(&raw, &raw.rows, pid, &mut procs);
+        bins_of(
+            &raw,
+            raw.cgroups.threads.as_deref().unwrap_or(&[]),
+            pid,
+            &mut threads,
+        );
+    }
+    let mut log = String::new();
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    let bursts: Vec<(u64, u64, u64)> = log
+        .lines()
+        .map(|l| {
+            let v: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+            (v[0], v[1], v[2])
+        })
+        .filter(|&(s, e, _)| s >= from && e <= to)
+        .collect();
+    assert!(
+        bursts.len() >= 20,
+        "only {} bursts in the window",
+        bursts.len()
+    );
+    for (what, bins) in [("process", &procs), ("thread", &threads)] {
+        let overlaps = |b: &(u64, u64, u64), s: u64, e: u64| b.0 < e && s < b.1;
+        let held = |s: u64, e: u64| -> u64 {
+            bins.iter().filter(|b| overlaps(b, s, e)).map(|b| b.2).sum()
+        };
+        let close = |ours: u64, cpu: u64| ours.abs_diff(cpu) <= cpu * 3 / 100 + 300_000;
+        let mut off = Vec::new();
+        for &(s, e, cpu) in &bursts {
+            if close(held(s, e), cpu) {
+                continue;
+            }
+            let around: Vec<_> = bins
+                .iter()
+                .filter(|b| overlaps(b, s - 20_000_000, e + 20_000_000))
+                .collect();
+            eprintln!(
+                "{what}: a burst of {cpu} ns from {s} to {e}: bins around it {around:?} \
+                 ({timeouts} CPUs moved by IPI)"
+            );
+            // Steal time moves bins earlier, by less than a bin width.
+            let bin = bins.first().map_or(0, |b| b.1 - b.0);
+            assert!(
+                close(held(s - bin, e), cpu),
+                "{what}: a burst of {cpu} ns is not in its bins or the one before: {around:?}"
+            );
+            off.push(s);
+        }
+        assert!(
+            off.len() * 10 <= bursts.len(),
+            "{what}: {} of {} bursts match only with the bin before",
+            off.len(),
+            bursts.len()
+        );
+        // Between bursts (inside the window the log covers): a wakeup and a write each time.
+        let (first, last) = (bursts[0].0, bursts[bursts.len() - 1].1);
+        let between: u64 = bins
+            .iter()
+            .filter(|b| b.0 >= first && b.1 <= last)
+            .filter(|b| !bursts.iter().any(|&(s, e, _)| overlaps(b, s, e)))
+            .map(|b| b.2)
+            .sum();
+        let total: u64 = bursts.iter().map(|b| b.2).sum();
+        eprintln!(
+            "{what}: {} bursts, {total} ns in them, {between} ns in bins between them",
+            bursts.len()
+        );
+        // Bins moved by steal (above) leave their burst's time in the bin before.
+        assert!(
+            between <= total / 100 + total * off.len() as u64 / bursts.len() as u64,
+            "{what}: {between} ns in bins between bursts"
+        );
+    }
 }

@@ -43,6 +43,18 @@ pub struct CpuCharge {
     pub bins: [u64; BURST_BINS],
 }
 
+impl CpuCharge {
+    /// The first `n` bins (those the interval covers), with any time in later ones added to
+    /// the last of them: a slice still running when the interval closed ends at that CPU's
+    /// first switch after the flip, a little past the interval's end.
+    pub fn bins_upto(&self, n: usize) -> Vec<u64> {
+        let n = n.clamp(1, BURST_BINS);
+        let mut v = self.bins[..n].to_vec();
+        v[n - 1] += self.bins[n..].iter().sum::<u64>();
+        v
+    }
+}
+
 /// One closed interval as read from the kernel, before any /proc lookup.
 #[derive(Clone, Debug, Default)]
 pub struct RawInterval {

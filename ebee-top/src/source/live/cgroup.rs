@@ -214,7 +214,7 @@ impl CgroupSide {
                 pid: t.aux,
                 comm: self.thread_name(t.aux, t.tgid, now),
                 ns: t.ns,
-                bins: t.bins[..nbins].to_vec(),
+                bins: t.bins_upto(nbins),
             })
             .collect();
         self.thread_names

@@ -93,7 +93,7 @@ impl Live {
             .map(|c| CpuRow {
                 pid: c.tgid,
                 ns: c.ns,
-                bins: c.bins[..nbins].to_vec(),
+                bins: c.bins_upto(nbins),
             })
             .collect()
     }

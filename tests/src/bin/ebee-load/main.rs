@@ -40,6 +40,10 @@ enum Cmd {
         idle_ms: u64,
         #[arg(long)]
         seconds: Option<f64>,
+        /// Print `START END CPU` per burst: its CLOCK_MONOTONIC ns at both ends and the
+        /// thread's own CPU time in it (CLOCK_THREAD_CPUTIME_ID), ns.
+        #[arg(long)]
+        log: bool,
     },
     /// Start `procs` processes that sleep until killed (and stay until this process is killed).
     Idle {
@@ -452,13 +456,14 @@ fn thread_cpu_ns() -> u64 {
     cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
-/// A CPU-time clock (`CLOCK_PROCESS_CPUTIME_ID` or `CLOCK_THREAD_CPUTIME_ID`), ns.
+/// A clock's reading, ns (a CPU-time clock such as `CLOCK_THREAD_CPUTIME_ID`, or
+/// `CLOCK_MONOTONIC`, the clock of the kernel's timestamps).
 fn cpu_clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid out-pointer; both CPU-time clocks always exist on Linux.
+    // SAFETY: a valid out-pointer; these clocks always exist on Linux.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -487,11 +492,20 @@ fn main() {
             burst_ms,
             idle_ms,
             seconds,
+            log,
         } => {
+            use std::io::Write as _;
             let stop = deadline(seconds);
+            let mut out = std::io::stdout();
             while stop.is_none_or(|s| Instant::now() < s) {
                 std::thread::sleep(Duration::from_millis(idle_ms));
+                let (t0, c0) = (cpu_clock_ns(libc::CLOCK_MONOTONIC), thread_cpu_ns());
                 burn_until(Instant::now() + Duration::from_millis(burst_ms));
+                let (t1, c1) = (cpu_clock_ns(libc::CLOCK_MONOTONIC), thread_cpu_ns());
+                if log {
+                    let _ = writeln!(out, "{t0} {t1} {}", c1 - c0);
+                    let _ = out.flush();
+                }
             }
         }
         Cmd::Pingpong { round_trips, cpu } => pingpong(round_trips, cpu),
