@@ -457,6 +457,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn bins_past_the_interval_fold_into_its_last_bin() {
+        let mut c = CpuCharge::default();
+        c.bins[..7].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(c.bins_upto(5), vec![1, 2, 3, 4, 5 + 6 + 7]);
+        assert_eq!(c.bins_upto(BURST_BINS), c.bins.to_vec());
+        // Never empty, never past the array.
+        assert_eq!(c.bins_upto(0), vec![28]);
+        assert_eq!(c.bins_upto(99).len(), BURST_BINS);
+    }
+
+    #[test]
     fn a_cpu_that_keeps_missing_is_given_up_on_and_retried() {
         let mut s = Stragglers::new(2);
         for _ in 0..GIVE_UP_AFTER {
