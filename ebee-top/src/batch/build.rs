@@ -121,6 +121,7 @@ impl BatchBuilder {
             comm: comm.to_owned(),
             ns,
             bins: bins.to_vec(),
+            ..ThreadRow::default()
         });
         self.0.cgroup_stats.threads = true;
         self

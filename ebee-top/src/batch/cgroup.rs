@@ -54,8 +54,11 @@ pub struct ThreadRow {
     pub tid: u32,
     /// Its process.
     pub pid: u32,
-    /// The thread's own name (/proc/PID/task/TID/comm; empty when it was gone).
+    /// The thread's own name (/proc/PID/task/TID/stat; empty when it was gone).
     pub comm: String,
+    /// When the thread started, clock ticks after boot (0: unknown): a tid used again by a
+    /// new thread is another row.
+    pub start_ticks: u64,
     pub ns: u64,
     /// On-CPU ns per burst bin, as `CpuRow::bins`.
     pub bins: Vec<u64>,

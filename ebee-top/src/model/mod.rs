@@ -179,7 +179,7 @@ impl Model {
         let p = self.procs.get(&r.pid);
         ProcInfo {
             pid: r.tid,
-            start_ticks: 0,
+            start_ticks: r.start_ticks,
             comm: if r.comm.is_empty() {
                 p.map(|p| p.comm.clone()).unwrap_or_default()
             } else {
@@ -320,6 +320,34 @@ mod tests {
         assert_eq!(top[0].comm, "p10");
         assert!((top[0].cpu_pct - 100.0).abs() < 1e-9);
         assert!((top[1].cpu_pct - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_tid_used_again_by_a_new_thread_starts_a_new_row() {
+        let mut m = Model::new();
+        let thread = |seq: u64, start_ticks: u64, comm: &str| {
+            let mut b = batch(seq, &[(700, 10_000_000)]);
+            b.threads = Some(vec![ThreadRow {
+                tid: 712,
+                pid: 700,
+                comm: comm.into(),
+                start_ticks,
+                ns: 10_000_000,
+                bins: vec![],
+            }]);
+            b
+        };
+        for seq in 1..=3 {
+            m.ingest(&thread(seq, 100, "old-worker"));
+        }
+        assert_eq!(m.threads.by_pid(712).map(|e| e.total_ns), Some(30_000_000));
+        m.ingest(&thread(4, 200, "new-worker"));
+        let e = m.threads.by_pid(712).unwrap();
+        assert_eq!(e.comm, "new-worker");
+        assert_eq!(
+            e.total_ns, 10_000_000,
+            "the old thread's time is not carried over"
+        );
     }
 
     #[test]

@@ -91,6 +91,21 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
     })
 }
 
+/// The name and start time (clock ticks after boot) in a /proc/PID/stat or
+/// /proc/PID/task/TID/stat text: `TID (NAME) STATE ...`, the start time being field 22. The name
+/// may hold spaces and parentheses, so it ends at the last `)`.
+pub fn parse_stat_name_start(text: &[u8]) -> Option<(String, u64)> {
+    let open = text.iter().position(|&b| b == b'(')?;
+    let close = text.iter().rposition(|&b| b == b')')?;
+    if close < open {
+        return None;
+    }
+    let name = String::from_utf8_lossy(&text[open + 1..close]).into_owned();
+    let rest = std::str::from_utf8(&text[close + 1..]).ok()?;
+    let start = rest.split_ascii_whitespace().nth(19)?.parse().ok()?;
+    Some((name, start))
+}
+
 /// `comm` bytes from the kernel (NUL padded) as a string.
 pub fn comm_str(comm: &[u8]) -> String {
     let end = comm.iter().position(|b| *b == 0).unwrap_or(comm.len());
@@ -100,6 +115,19 @@ pub fn comm_str(comm: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stat_line_gives_its_name_and_start_time() {
+        let line = b"4242 (we(ird) name) S 1 4242 4242 0 -1 4194560 123 0 0 0 5 6 0 0 20 0 3 0 \
+                     98765 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(
+            parse_stat_name_start(line),
+            Some(("we(ird) name".to_owned(), 98765))
+        );
+        assert_eq!(parse_stat_name_start(b"4242 (short) S 1"), None);
+        assert_eq!(parse_stat_name_start(b""), None);
+        assert_eq!(parse_stat_name_start(b") x ("), None);
+    }
 
     #[test]
     fn reads_itself_and_caches() {

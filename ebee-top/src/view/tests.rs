@@ -721,6 +721,7 @@ fn threads_mode_lists_threads_and_pins_their_process() {
             comm: comm.into(),
             ns: 5 * per_bin,
             bins: vec![per_bin; 5],
+            ..Default::default()
         };
         b.threads = Some(vec![
             t(712, 700, "ib_io_wr-1", 6 * MS),

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::batch::ProcInfo;
 use crate::batch::cgroup::{CgroupRow, CgroupStats, ThreadRow};
 use crate::os::cgroup::{CgroupFs, Names, memory_bytes, proc_cgroup};
+use crate::os::procinfo::parse_stat_name_start;
 use crate::probes::CpuCharge;
 use crate::probes::cgroup::{CgCharge, CgRaw};
 
@@ -34,8 +35,8 @@ pub struct CgroupSide {
     /// key -> (path, last charged) of cgroups charged lately.
     recent: HashMap<u32, (String, Instant)>,
     removed_checked: Instant,
-    /// tid -> (name, read at).
-    thread_names: HashMap<u32, (String, Instant)>,
+    /// tid -> (name, start ticks, read at).
+    thread_names: HashMap<u32, (String, u64, Instant)>,
 }
 
 impl CgroupSide {
@@ -209,30 +210,36 @@ impl CgroupSide {
         let now = Instant::now();
         let out = rows
             .iter()
-            .map(|t| ThreadRow {
-                tid: t.tgid,
-                pid: t.aux,
-                comm: self.thread_name(t.aux, t.tgid, now),
-                ns: t.ns,
-                bins: t.bins_upto(nbins),
+            .map(|t| {
+                let (comm, start_ticks) = self.thread_name(t.aux, t.tgid, now);
+                ThreadRow {
+                    tid: t.tgid,
+                    pid: t.aux,
+                    comm,
+                    start_ticks,
+                    ns: t.ns,
+                    bins: t.bins_upto(nbins),
+                }
             })
             .collect();
         self.thread_names
-            .retain(|_, (_, at)| now.duration_since(*at) < THREAD_NAME_TTL * 4);
+            .retain(|_, (_, _, at)| now.duration_since(*at) < THREAD_NAME_TTL * 4);
         out
     }
 
-    fn thread_name(&mut self, pid: u32, tid: u32, now: Instant) -> String {
-        if let Some((n, at)) = self.thread_names.get(&tid)
+    /// A thread's name and start time, read again after [`THREAD_NAME_TTL`].
+    fn thread_name(&mut self, pid: u32, tid: u32, now: Instant) -> (String, u64) {
+        if let Some((n, start, at)) = self.thread_names.get(&tid)
             && now.duration_since(*at) < THREAD_NAME_TTL
         {
-            return n.clone();
+            return (n.clone(), *start);
         }
-        let n = std::fs::read(format!("/proc/{pid}/task/{tid}/comm"))
-            .map(|b| String::from_utf8_lossy(&b).trim_end().to_owned())
+        let (n, start) = std::fs::read(format!("/proc/{pid}/task/{tid}/stat"))
+            .ok()
+            .and_then(|b| parse_stat_name_start(&b))
             .unwrap_or_default();
-        self.thread_names.insert(tid, (n.clone(), now));
-        n
+        self.thread_names.insert(tid, (n.clone(), start, now));
+        (n, start)
     }
 }
 
