@@ -147,6 +147,10 @@ impl Encoder {
                 (KIND_KEY, offset)
             }
         };
+        columns::stat(
+            || format!("payload ({})", if kind == KIND_KEY { "key" } else { "delta" }),
+            out.len() as f64,
+        );
         if kind == KIND_KEY {
             let dict =
                 CDict::try_create(&raw, self.level).ok_or(CodecError::Zstd("out of memory"))?;

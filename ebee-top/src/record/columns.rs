@@ -124,6 +124,36 @@ fn put_ints(v: &mut Value, ints: &mut std::vec::IntoIter<Value>) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Where the bytes go (a developer's measure, off unless `track_stats(true)`).
+
+static TRACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+thread_local! {
+    static STATS: std::cell::RefCell<std::collections::BTreeMap<String, f64>> =
+        const { std::cell::RefCell::new(std::collections::BTreeMap::new()) };
+}
+
+/// Start (or stop) measuring where the encoder's bytes go, on this thread.
+pub fn track_stats(on: bool) {
+    TRACK.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn tracking() -> bool {
+    TRACK.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Add `bytes` to the measure `what`.
+pub(crate) fn stat(what: impl FnOnce() -> String, bytes: f64) {
+    if tracking() {
+        STATS.with(|s| *s.borrow_mut().entry(what()).or_default() += bytes);
+    }
+}
+
+/// The measures so far, bytes summed over every payload encoded on this thread.
+pub fn stats() -> Vec<(String, f64)> {
+    STATS.with(|s| s.borrow().iter().map(|(k, v)| (k.clone(), *v)).collect())
+}
+
+// ---------------------------------------------------------------------------------------------
 // Integers and the byte stream.
 
 fn as_int(v: &Value) -> Option<i128> {
@@ -260,6 +290,13 @@ struct Out {
     rc: rc::Encoder,
 }
 
+impl Out {
+    /// Bytes the range coder spent so far (when measured).
+    fn cost(&self) -> f64 {
+        self.rc.cost.unwrap_or(0.0) / 8.0
+    }
+}
+
 /// And read from.
 struct In<'a> {
     inp: Input<'a>,
@@ -310,7 +347,7 @@ pub fn encode_value(
         .collect();
     let mut o = Out {
         bytes: Vec::new(),
-        rc: rc::Encoder::default(),
+        rc: rc::Encoder::measured(tracking()),
     };
     let mut tables = Vec::with_capacity(names.len());
     put_varint(&mut o.bytes, names.len() as u128);
@@ -334,11 +371,16 @@ pub fn encode_value(
         .map(|r| &r.ints[..]);
     o.bytes.push(u8::from(keyints.is_some()));
     let mut m = IntModel::default();
+    let c0 = o.cost();
     for (k, x) in ints.iter().enumerate() {
         let p = keyints.map_or(0, |r| r[k]);
         o.rc.int(&mut m, zigzag(x - p));
     }
+    stat(|| "rc skeleton ints".into(), o.cost() - c0);
+    stat(|| "raw skeleton json".into(), json.len() as f64);
+    stat(|| "raw byte stream".into(), o.bytes.len() as f64);
     let rc = o.rc.finish();
+    stat(|| "rc total".into(), rc.len() as f64);
     put_varint(out, rc.len() as u128);
     out.extend_from_slice(&rc);
     out.extend_from_slice(&o.bytes);
@@ -443,6 +485,7 @@ fn encode_table(
 
     put_str(&mut o.bytes, &name);
     put_varint(&mut o.bytes, pids.len() as u128);
+    let c0 = o.cost();
     let refs = match reft {
         Some(r) => {
             o.bytes.push(1);
@@ -472,9 +515,12 @@ fn encode_table(
             vec![None; pids.len()]
         }
     };
+    stat(|| format!("{name}.pid"), o.cost() - c0);
+    stat(|| format!("{name} rows"), pids.len() as f64);
     put_varint(&mut o.bytes, cols.len() as u128);
     let mut sums: Vec<Option<Vec<i128>>> = Vec::new();
     for c in &cols {
+        let c0 = o.cost();
         put_str(&mut o.bytes, &c.name);
         let refc = reft.and_then(|r| r.cols.iter().find(|x| x.name == c.name));
         let kind = kind_of(c);
@@ -510,13 +556,16 @@ fn encode_table(
                 sums.push(None);
             }
         }
+        stat(|| format!("{name}.{}", c.name), o.cost() - c0);
     }
+    let c0 = o.cost();
     // Row order: the original row k is stored row order[k].
     let mut order = vec![0usize; stored.len()];
     for (s, &orig) in stored.iter().enumerate() {
         order[orig] = s;
     }
     encode_order(o, &order, &cols);
+    stat(|| format!("{name} order"), o.cost() - c0);
     Ok(Table {
         name,
         pids,

@@ -51,6 +51,8 @@ pub struct Encoder {
     cache: u8,
     cache_size: u64,
     out: Vec<u8>,
+    /// Bits spent so far, when measured (a developer's measure of where the bytes go).
+    pub cost: Option<f64>,
 }
 
 impl Default for Encoder {
@@ -61,11 +63,20 @@ impl Default for Encoder {
             cache: 0,
             cache_size: 1,
             out: Vec::new(),
+            cost: None,
         }
     }
 }
 
 impl Encoder {
+    /// An encoder that also counts the bits it spends when `measure` is set.
+    pub fn measured(measure: bool) -> Self {
+        Self {
+            cost: measure.then_some(0.0),
+            ..Self::default()
+        }
+    }
+
     fn shift_low(&mut self) {
         if (self.low as u32) < 0xFF00_0000 || (self.low >> 32) != 0 {
             let carry = (self.low >> 32) as u8;
@@ -92,6 +103,10 @@ impl Encoder {
     }
 
     pub fn bit(&mut self, p: &mut Bit, bit: bool) {
+        if let Some(c) = &mut self.cost {
+            let p0 = f64::from(p.0) / f64::from(PROB_ONE);
+            *c -= if bit { (1.0 - p0).log2() } else { p0.log2() };
+        }
         let bound = (self.range >> PROB_BITS) * u32::from(p.0);
         if bit {
             self.low += u64::from(bound);
@@ -106,6 +121,9 @@ impl Encoder {
 
     /// The low `n` bits of `v`, each with probability one half.
     fn direct(&mut self, v: u128, n: u32) {
+        if let Some(c) = &mut self.cost {
+            *c += f64::from(n);
+        }
         for i in (0..n).rev() {
             self.range >>= 1;
             if (v >> i) & 1 == 1 {

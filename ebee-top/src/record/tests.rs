@@ -152,6 +152,29 @@ fn the_committed_format_1_file_reads() {
 }
 
 #[test]
+fn the_committed_format_2_file_reads() {
+    // Written by the format 2 writer (before format 3): build::plausible(1..=110, 12) with
+    // per-process times rounded to the µs, through `Writer` (a key at 0 and at 100, deltas
+    // coded against their key). Never regenerate it: it stands for the files written then.
+    let bytes = include_bytes!("testdata/v2-plausible-110.ebr");
+    let mut r = reader::from_bytes(bytes).unwrap();
+    assert_eq!(r.version(), 2);
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    let want: Vec<Batch> = (1..=110).map(|s| plausible(s, 12)).collect();
+    assert_eq!(all(&mut r), want);
+    let keys = r
+        .entries()
+        .iter()
+        .filter(|e| e.head.kind == format::KIND_KEY)
+        .count();
+    assert!(keys >= 2, "{keys} key records");
+    // Random access too (a delta read before its key).
+    for i in [109, 0, 100, 99, 5] {
+        assert_eq!(r.read(i).unwrap(), want[i]);
+    }
+}
+
+#[test]
 fn files_are_0600_and_never_overwritten_without_force() {
     let (_d, path, _) = record(&[plausible(1, 3)]);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
