@@ -1,8 +1,9 @@
-//! Batches to record payloads and back, compressed with zstd. Format 2 (written now) codes
-//! the per-process tables column by column against the key record (`columns`); format 1
-//! (still read) is the Batch's serde JSON. Either way a key record is compressed alone and a
-//! delta record with the decompressed payload of its key record as a raw-content dictionary,
-//! so a delta depends on nothing but its key.
+//! Batches to record payloads and back, compressed with zstd. Format 3 (written now) codes
+//! the per-process tables column by column against the record before it (`columns`); format 2
+//! (still read) did the same against the key record; format 1 (still read) is the Batch's
+//! serde JSON. In every format a key record is compressed alone and a delta record with the
+//! decompressed payload of its key record as a raw-content dictionary. A format 3 delta
+//! therefore needs its key and every record between (see docs/recording-format.md).
 
 use zstd::zstd_safe::{CCtx, CDict, CParameter, DCtx, DDict};
 
@@ -49,6 +50,8 @@ struct Key {
 pub struct Encoder {
     cctx: CCtx<'static>,
     key: Option<Key>,
+    /// Format 3: the tables of the record just encoded, what the next delta is coded against.
+    prev: Option<Tables>,
     since_key: u32,
     key_every: u32,
     level: i32,
@@ -73,6 +76,12 @@ impl Encoder {
         Self::for_version(1, level, key_every)
     }
 
+    /// An encoder of format 2 (deltas against their key only): to measure against, and to
+    /// test that files written before still read. The writer never uses it.
+    pub fn v2(level: i32, key_every: u32) -> Result<Self, CodecError> {
+        Self::for_version(2, level, key_every)
+    }
+
     fn for_version(version: u16, level: i32, key_every: u32) -> Result<Self, CodecError> {
         let mut cctx = CCtx::try_create().ok_or(CodecError::Zstd("out of memory"))?;
         cctx.set_parameter(CParameter::CompressionLevel(level))
@@ -84,6 +93,7 @@ impl Encoder {
         Ok(Self {
             cctx,
             key: None,
+            prev: None,
             since_key: 0,
             key_every: key_every.max(1),
             level,
@@ -106,6 +116,7 @@ impl Encoder {
     /// Start afresh (a new file): the next record is a key.
     pub fn reset(&mut self) {
         self.key = None;
+        self.prev = None;
         self.since_key = 0;
     }
 
@@ -120,7 +131,11 @@ impl Encoder {
             serde_json::to_vec(b).map_err(|e| CodecError::Json(e.to_string()))?
         } else {
             let mut raw = Vec::new();
-            let reference = delta.and_then(|k| k.tables.as_ref());
+            let reference = match delta {
+                Some(_) if self.version >= 3 => self.prev.as_ref(),
+                Some(k) => k.tables.as_ref(),
+                None => None,
+            };
             let r;
             let b = if self.round {
                 r = rounded(b);
@@ -128,7 +143,12 @@ impl Encoder {
             } else {
                 b
             };
-            tables = Some(columns::encode(b, reference, &mut raw)?);
+            let t = columns::encode(b, reference, &mut raw)?;
+            if self.version >= 3 {
+                self.prev = Some(t);
+            } else {
+                tables = Some(t);
+            }
             raw
         };
         if raw.len() > MAX_RAW_LEN as usize {
@@ -227,7 +247,8 @@ impl Decoder {
     /// Prepare a key record's bytes (of format `version`) as the reference of its deltas.
     pub fn key_dict(&self, offset: u64, raw: &[u8], version: u16) -> Result<KeyDict, CodecError> {
         let tables = match version {
-            1 => None,
+            // Format 3 decodes its key as the first link of a chain (`parse_chained`).
+            1 | 3 => None,
             2 => columns::decode(raw, None, true)?.1,
             v => return Err(CodecError::Version(v)),
         };
@@ -257,6 +278,15 @@ pub fn parse(raw: &[u8], version: u16, key: Option<&KeyDict>) -> Result<Batch, C
             Ok(columns::decode(raw, reference, false)?.0)
         }
         v => Err(CodecError::Version(v)),
+    }
+}
+
+/// Parse a decompressed payload of format 3: a key record (`prev` None), or a delta coded
+/// against the tables of the record before it. Returns the tables the next delta needs.
+pub fn parse_chained(raw: &[u8], prev: Option<&Tables>) -> Result<(Batch, Tables), CodecError> {
+    match columns::decode(raw, prev, true)? {
+        (b, Some(t)) => Ok((b, t)),
+        _ => Err(CodecError::Columns("no tables kept")),
     }
 }
 
