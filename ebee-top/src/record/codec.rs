@@ -122,20 +122,16 @@ impl Encoder {
 
     /// Encode `b` as the record that will start at file offset `offset`.
     pub fn encode(&mut self, b: &Batch, offset: u64) -> Result<(RecordHead, Vec<u8>), CodecError> {
-        let delta = self
-            .key
-            .as_ref()
-            .filter(|_| self.since_key < self.key_every);
+        // Format 3: a delta only right after a record this encoder made (an error starts over).
+        let delta = self.key.as_ref().filter(|_| {
+            self.since_key < self.key_every && (self.version < 3 || self.prev.is_some())
+        });
         let mut tables = None;
         let raw = if self.version == 1 {
             serde_json::to_vec(b).map_err(|e| CodecError::Json(e.to_string()))?
         } else {
             let mut raw = Vec::new();
-            let reference = match delta {
-                Some(_) if self.version >= 3 => self.prev.as_ref(),
-                Some(k) => k.tables.as_ref(),
-                None => None,
-            };
+            let reference = delta.and_then(|k| k.tables.as_ref());
             let r;
             let b = if self.round {
                 r = rounded(b);
@@ -143,11 +139,13 @@ impl Encoder {
             } else {
                 b
             };
-            let t = columns::encode(b, reference, &mut raw)?;
             if self.version >= 3 {
-                self.prev = Some(t);
+                let prev = if delta.is_some() { self.prev.take() } else { None };
+                self.prev = None;
+                // On an error `prev` stays None: the next record is a key.
+                self.prev = Some(columns::encode_chained(b, prev.as_ref(), &mut raw)?);
             } else {
-                tables = Some(t);
+                tables = Some(columns::encode(b, reference, &mut raw)?);
             }
             raw
         };
@@ -284,7 +282,7 @@ pub fn parse(raw: &[u8], version: u16, key: Option<&KeyDict>) -> Result<Batch, C
 /// Parse a decompressed payload of format 3: a key record (`prev` None), or a delta coded
 /// against the tables of the record before it. Returns the tables the next delta needs.
 pub fn parse_chained(raw: &[u8], prev: Option<&Tables>) -> Result<(Batch, Tables), CodecError> {
-    match columns::decode(raw, prev, true)? {
+    match columns::decode_chained(raw, prev)? {
         (b, Some(t)) => Ok((b, t)),
         _ => Err(CodecError::Columns("no tables kept")),
     }

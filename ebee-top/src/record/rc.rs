@@ -14,7 +14,7 @@ const MOVE_BITS: u32 = 4;
 const TOP: u32 = 1 << 24;
 
 /// One adaptive bit probability (of a 0).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bit(u16);
 
 impl Default for Bit {
@@ -29,7 +29,7 @@ const CLASS_BITS: u32 = 8;
 pub const MAX_CLASS: u32 = 128;
 
 /// An adaptive model of one stream of unsigned integers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IntModel {
     class: [Bit; 1 << CLASS_BITS],
     /// The bit below the leading one, by bit length.
