@@ -49,7 +49,9 @@ fn main() -> anyhow::Result<()> {
     }
     let n = batches.len() as f64;
     ebee_top::record::columns::track_stats(std::env::var_os("STATS").is_some());
-    let mut enc = Encoder::new()?;
+    let lvl: i32 = std::env::var("LEVEL").ok().and_then(|v| v.parse().ok()).unwrap_or(ebee_top::record::codec::LEVEL);
+    let every: u32 = std::env::var("EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let mut enc = Encoder::with_params(lvl, every)?;
     let (mut off, mut keys, mut kbytes) = (0u64, 0u64, 0u64);
     let t = Instant::now();
     let mut recs = Vec::new();

@@ -12,7 +12,7 @@ use super::format::{KIND_DELTA, KIND_KEY, MAX_RAW_LEN, RecordHead, VERSION, crc3
 use crate::batch::Batch;
 
 /// zstd level; measured in BENCHMARKS.md (record section).
-pub const LEVEL: i32 = 3;
+pub const LEVEL: i32 = 9;
 /// A key record at least every this many records: bounds what one damaged key costs.
 pub const KEY_EVERY: u32 = 100;
 

@@ -90,6 +90,8 @@ const MAX_MODELS: usize = 4096;
 /// (`table.column/what`), each a small array of contexts.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Models {
+    /// Format 3: models that learn fast, then hold still (`rc::Bit::counting`).
+    counting: bool,
     ints: HashMap<String, Vec<IntModel>>,
     bits: HashMap<String, Vec<Bit>>,
     size: usize,
@@ -98,23 +100,47 @@ pub struct Models {
 }
 
 impl Models {
+    fn new(chain: bool) -> Self {
+        Self {
+            counting: chain,
+            ..Self::default()
+        }
+    }
+
+    fn int_model(&self) -> IntModel {
+        if self.counting {
+            IntModel::counting()
+        } else {
+            IntModel::default()
+        }
+    }
+
+    fn bit_model(&self) -> Bit {
+        if self.counting {
+            Bit::counting()
+        } else {
+            Bit::default()
+        }
+    }
+
     /// The `n` integer models named `key` (fresh ones past `MAX_MODELS`).
     fn ints(&mut self, key: String, n: usize) -> &mut [IntModel] {
         let fits = self.size + n <= MAX_MODELS;
+        let fresh = self.int_model();
         match self.ints.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => {
                 let v = e.into_mut();
                 if v.len() < n {
-                    v.resize(n, IntModel::default());
+                    v.resize(n, fresh);
                 }
                 v
             }
             std::collections::hash_map::Entry::Vacant(e) if fits => {
                 self.size += n;
-                e.insert(vec![IntModel::default(); n])
+                e.insert(vec![fresh; n])
             }
             std::collections::hash_map::Entry::Vacant(_) => {
-                self.scratch = vec![IntModel::default(); n];
+                self.scratch = vec![fresh; n];
                 &mut self.scratch
             }
         }
@@ -123,20 +149,21 @@ impl Models {
     /// The `n` bit probabilities named `key`.
     fn bits(&mut self, key: String, n: usize) -> &mut [Bit] {
         let fits = self.size + n <= MAX_MODELS;
+        let fresh = self.bit_model();
         match self.bits.entry(key) {
             std::collections::hash_map::Entry::Occupied(e) => {
                 let v = e.into_mut();
                 if v.len() < n {
-                    v.resize(n, Bit::default());
+                    v.resize(n, fresh);
                 }
                 v
             }
             std::collections::hash_map::Entry::Vacant(e) if fits => {
                 self.size += n;
-                e.insert(vec![Bit::default(); n])
+                e.insert(vec![fresh; n])
             }
             std::collections::hash_map::Entry::Vacant(_) => {
-                self.scratch_bits = vec![Bit::default(); n];
+                self.scratch_bits = vec![fresh; n];
                 &mut self.scratch_bits
             }
         }
@@ -440,7 +467,7 @@ pub fn encode_value(
         rc: rc::Encoder::measured(tracking()),
         ms: match reference {
             Some(r) if chain => r.models.clone(),
-            _ => Models::default(),
+            _ => Models::new(chain),
         },
         chain,
     };
@@ -801,11 +828,25 @@ fn age_ctx(r: &Table, j: usize) -> usize {
     r.age.get(j).map_or(0, |&a| (a as usize).min(AGE_CTX - 1))
 }
 
-/// Format 3 contexts of a list element: the bit length (capped) of the element before it in
-/// the list and of the element at the same place in the reference row, each `LEN_NONE` when
-/// there is none.
+/// Format 3 contexts of a list element: the bit length of the element before it in the list
+/// and of the element at the same place in the reference row, each in one of `LEN_GROUPS`
+/// groups (`len_group`; `LEN_NONE` when there is none). Finer groups measured no better.
 const LEN_NONE: usize = 16;
-const LIST_CTX: usize = (LEN_NONE + 1) * (LEN_NONE + 1);
+const LEN_GROUPS: usize = 7;
+const LIST_CTX: usize = LEN_GROUPS * LEN_GROUPS;
+
+/// Bit lengths 0, 1-4, 5, 6-7, 8-9, 10 and more, none.
+fn len_group(len: usize) -> usize {
+    match len {
+        0 => 0,
+        1..=4 => 1,
+        5 => 2,
+        6..=7 => 3,
+        8..=9 => 4,
+        LEN_NONE => 6,
+        _ => 5,
+    }
+}
 
 fn len_ctx(y: i128) -> usize {
     (128 - y.unsigned_abs().leading_zeros() as usize).min(LEN_NONE - 1)
@@ -822,7 +863,7 @@ fn list_ctx(chain: bool, before: Option<i128>, refl: &Option<Vec<i128>>, i: usiz
         .as_ref()
         .and_then(|l| l.get(i))
         .map_or(LEN_NONE, |&y| len_ctx(y));
-    a * (LEN_NONE + 1) + b
+    len_group(a) * LEN_GROUPS + len_group(b)
 }
 
 /// Format 3: each row's reference list, divided by `d` (None for format 2).
@@ -1099,7 +1140,7 @@ pub fn decode_value(
         rc: rc::Decoder::new(rc_bytes),
         ms: match reference {
             Some(r) if chain => r.models.clone(),
-            _ => Models::default(),
+            _ => Models::new(chain),
         },
         chain,
     };

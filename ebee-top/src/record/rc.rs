@@ -13,13 +13,48 @@ const PROB_ONE: u16 = 1 << PROB_BITS;
 const MOVE_BITS: u32 = 4;
 const TOP: u32 = 1 << 24;
 
-/// One adaptive bit probability (of a 0).
+/// One adaptive bit probability (of a 0), and how many bits it has seen (`FIXED`: it always
+/// moves by 1/16, as in format 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bit(u16);
+pub struct Bit(u16, u8);
+
+const FIXED: u8 = u8::MAX;
+
+/// Format 3's probabilities move by 1/2^RATE[n] after their n-th bit (about 1/(n+2), a
+/// running frequency) and then by 1/32 (`RATE`'s last): they learn fast and then hold still.
+const RATE: [u8; 24] = [
+    1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+];
 
 impl Default for Bit {
     fn default() -> Self {
-        Self(PROB_ONE / 2)
+        Self(PROB_ONE / 2, FIXED)
+    }
+}
+
+impl Bit {
+    /// A probability of format 3 (see `RATE`).
+    pub fn counting() -> Self {
+        Self(PROB_ONE / 2, 0)
+    }
+
+    fn update(&mut self, bit: bool) {
+        let shift = if self.1 == FIXED {
+            MOVE_BITS
+        } else {
+            let n = usize::from(self.1);
+            let s = u32::from(RATE[n.min(RATE.len() - 1)]);
+            if n + 1 < RATE.len() {
+                self.1 += 1;
+            }
+            s
+        };
+        // Stays within 1..PROB_ONE: a shift of at least 1 never reaches either end.
+        if bit {
+            self.0 -= self.0 >> shift;
+        } else {
+            self.0 += (PROB_ONE - self.0) >> shift;
+        }
     }
 }
 
@@ -41,6 +76,16 @@ impl Default for IntModel {
         Self {
             class: [Bit::default(); 1 << CLASS_BITS],
             next: [Bit::default(); MAX_CLASS as usize + 1],
+        }
+    }
+}
+
+impl IntModel {
+    /// A model of format 3 (its probabilities learn as `Bit::counting`).
+    pub fn counting() -> Self {
+        Self {
+            class: [Bit::counting(); 1 << CLASS_BITS],
+            next: [Bit::counting(); MAX_CLASS as usize + 1],
         }
     }
 }
@@ -111,11 +156,10 @@ impl Encoder {
         if bit {
             self.low += u64::from(bound);
             self.range -= bound;
-            p.0 -= p.0 >> MOVE_BITS;
         } else {
             self.range = bound;
-            p.0 += (PROB_ONE - p.0) >> MOVE_BITS;
         }
+        p.update(bit);
         self.normalize();
     }
 
@@ -202,14 +246,13 @@ impl<'a> Decoder<'a> {
         let bound = (self.range >> PROB_BITS) * u32::from(p.0);
         let b = if self.code < bound {
             self.range = bound;
-            p.0 += (PROB_ONE - p.0) >> MOVE_BITS;
             false
         } else {
             self.code -= bound;
             self.range -= bound;
-            p.0 -= p.0 >> MOVE_BITS;
             true
         };
+        p.update(b);
         self.normalize();
         b
     }
