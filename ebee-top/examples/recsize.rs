@@ -11,7 +11,7 @@ use ebee_top::record::format::KIND_KEY;
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if args[1] == "fixture" {
-        // recsize fixture OUT: build::plausible(1..=110, 12), rounded, as the writer writes it.
+        // recsize fixture OUT [N]: build::plausible(1..=N, 12), rounded, as the writer writes it.
         let opts = ebee_top::record::RecordOptions {
             path: args[2].clone().into(),
             force: false,
@@ -27,7 +27,8 @@ fn main() -> anyhow::Result<()> {
             segment: 0,
         };
         let mut w = ebee_top::record::Writer::create(opts, meta)?;
-        for s in 1..=110 {
+        let n: u64 = args.get(3).and_then(|v| v.parse().ok()).unwrap_or(110);
+        for s in 1..=n {
             w.append(&rounded(&ebee_top::batch::build::plausible(s, 12)))?;
         }
         w.sync()?;
@@ -49,8 +50,14 @@ fn main() -> anyhow::Result<()> {
     }
     let n = batches.len() as f64;
     ebee_top::record::columns::track_stats(std::env::var_os("STATS").is_some());
-    let lvl: i32 = std::env::var("LEVEL").ok().and_then(|v| v.parse().ok()).unwrap_or(ebee_top::record::codec::LEVEL);
-    let every: u32 = std::env::var("EVERY").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let lvl: i32 = std::env::var("LEVEL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ebee_top::record::codec::LEVEL);
+    let every: u32 = std::env::var("EVERY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
     let mut enc = Encoder::with_params(lvl, every)?;
     let (mut off, mut keys, mut kbytes) = (0u64, 0u64, 0u64);
     let t = Instant::now();
@@ -96,7 +103,10 @@ fn main() -> anyhow::Result<()> {
             let got = rd.read(i)?;
             assert_eq!(got, rounded(b), "interval {i}");
         }
-        println!("verified; decode {:.0} us", t.elapsed().as_secs_f64() * 1e6 / n);
+        println!(
+            "verified; decode {:.0} us",
+            t.elapsed().as_secs_f64() * 1e6 / n
+        );
     }
     for (k, v) in ebee_top::record::columns::stats() {
         println!("  {k:40} {:8.1}", v / n);

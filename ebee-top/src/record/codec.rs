@@ -140,7 +140,11 @@ impl Encoder {
                 b
             };
             if self.version >= 3 {
-                let prev = if delta.is_some() { self.prev.take() } else { None };
+                let prev = if delta.is_some() {
+                    self.prev.take()
+                } else {
+                    None
+                };
                 self.prev = None;
                 // On an error `prev` stays None: the next record is a key.
                 self.prev = Some(columns::encode_chained(b, prev.as_ref(), &mut raw)?);
@@ -166,7 +170,12 @@ impl Encoder {
             }
         };
         columns::stat(
-            || format!("payload ({})", if kind == KIND_KEY { "key" } else { "delta" }),
+            || {
+                format!(
+                    "payload ({})",
+                    if kind == KIND_KEY { "key" } else { "delta" }
+                )
+            },
             out.len() as f64,
         );
         if kind == KIND_KEY {

@@ -494,7 +494,11 @@ pub fn encode_value(
     o.bytes.push(u8::from(keyints.is_some()));
     let c0 = o.cost();
     // Format 3: a model per place (the first SKEL_MODELS), each learns its own steps.
-    let nm = if chain { ints.len().clamp(1, SKEL_MODELS) } else { 1 };
+    let nm = if chain {
+        ints.len().clamp(1, SKEL_MODELS)
+    } else {
+        1
+    };
     let ms = o.ms.ints("/skeleton".into(), nm);
     for (k, x) in ints.iter().enumerate() {
         let p = keyints.map_or(0, |r| r[k]);
@@ -603,7 +607,8 @@ fn carry(prev: Option<&Tables>, mut cur: Tables) -> Tables {
                 (Some(i), _) => {
                     age.push(0);
                     for (c, col) in cols.iter_mut().zip(&t.cols) {
-                        c.cells.push(col.cells.get(i).cloned().unwrap_or(Value::Null));
+                        c.cells
+                            .push(col.cells.get(i).cloned().unwrap_or(Value::Null));
                     }
                 }
                 (None, Some(j)) => {
@@ -1170,7 +1175,11 @@ pub fn decode_value(
         _ => return Err(bad("an unknown field coding")),
     };
     let mut ints = Vec::with_capacity(nints);
-    let nm = if chain { nints.clamp(1, SKEL_MODELS) } else { 1 };
+    let nm = if chain {
+        nints.clamp(1, SKEL_MODELS)
+    } else {
+        1
+    };
     let ms = d.ms.ints("/skeleton".into(), nm);
     for k in 0..nints {
         let p = keyints.map_or(0, |r| r.ints[k]);
@@ -1372,7 +1381,10 @@ fn decode_table(
                     .collect::<Result<Vec<_>, _>>()?;
                 (cells, None)
             }
-            KIND_JSON => (decode_json(d, &format!("{name}.{cname}"), &refs, refc)?, None),
+            KIND_JSON => (
+                decode_json(d, &format!("{name}.{cname}"), &refs, refc)?,
+                None,
+            ),
             _ => return Err(bad("an unknown column kind")),
         };
         cols.push(Column { name: cname, cells });
@@ -1572,6 +1584,57 @@ mod tests {
         }
     }
 
+    /// Format 3: a chain of records, each coded against the one before.
+    fn chain_round_trip(batches: &[Batch]) {
+        let mut enc: Option<Tables> = None;
+        let mut dec: Option<Tables> = None;
+        for (i, b) in batches.iter().enumerate() {
+            let mut out = Vec::new();
+            let t = encode_chained(b, enc.as_ref(), &mut out).unwrap();
+            let (got, kept) = decode_chained(&out, dec.as_ref()).unwrap();
+            assert_eq!(&got, b, "record {i}");
+            assert_eq!(
+                kept.as_ref(),
+                Some(&t),
+                "record {i}: the decoder keeps what the encoder kept"
+            );
+            enc = Some(t);
+            dec = kept;
+        }
+    }
+
+    #[test]
+    fn plausible_intervals_round_trip_as_a_chain() {
+        let batches: Vec<Batch> = (1..80)
+            .map(|s| rounded(&plausible(s, 10 + (s % 23) as u32)))
+            .collect();
+        chain_round_trip(&batches);
+    }
+
+    #[test]
+    fn a_chain_round_trips_rows_that_skip_intervals_and_forgets_old_ones() {
+        // One process runs, skips 3 intervals, comes back (matched again through the carried
+        // row), then is gone for longer than MAX_AGE.
+        let victim = plausible(1, 6).cpu[0].pid;
+        let batches: Vec<Batch> = (1..60u64)
+            .map(|s| {
+                let mut b = rounded(&plausible(s, 6));
+                if (3..6).contains(&s) || s >= 20 {
+                    b.cpu.retain(|r| r.pid != victim);
+                }
+                b
+            })
+            .collect();
+        chain_round_trip(&batches);
+        let mut t: Option<Tables> = None;
+        for b in &batches {
+            t = Some(encode_chained(b, t.as_ref(), &mut Vec::new()).unwrap());
+        }
+        let cpu = t.as_ref().and_then(|t| t.get("cpu")).unwrap();
+        assert!(cpu.age.iter().all(|&a| a <= MAX_AGE));
+        assert!(!cpu.pids.contains(&u64::from(victim)));
+    }
+
     #[test]
     fn fields_it_does_not_know_round_trip() {
         // A later Batch: cgroup and tid on cpu rows, a new table, a new plain field, floats,
@@ -1607,14 +1670,21 @@ mod tests {
         let t = encode(&key, None, &mut kb).unwrap();
         let mut db = Vec::new();
         encode(&rounded(&plausible(2, 25)), Some(&t), &mut db).unwrap();
-        for bytes in [&kb, &db] {
+        // Format 3: a key and a delta after it.
+        let mut k3 = Vec::new();
+        let t3 = encode_chained(&key, None, &mut k3).unwrap();
+        let mut d3 = Vec::new();
+        encode_chained(&rounded(&plausible(2, 25)), Some(&t3), &mut d3).unwrap();
+        for bytes in [&kb, &db, &k3, &d3] {
             for cut in 0..bytes.len() {
                 let _ = decode(&bytes[..cut], Some(&t), false);
+                let _ = decode_chained(&bytes[..cut], Some(&t3));
             }
             for bit in 0..bytes.len() * 8 {
                 let mut b = bytes.clone();
                 b[bit / 8] ^= 1 << (bit % 8);
                 let _ = decode(&b, Some(&t), false);
+                let _ = decode_chained(&b, Some(&t3));
             }
         }
     }
@@ -1684,8 +1754,9 @@ mod tests {
             let k = rounded(&k);
             let d = rounded(&d);
             let (got, t) = round_trip(&k, None);
-            prop_assert_eq!(got, k);
-            prop_assert_eq!(round_trip(&d, Some(&t)).0, d);
+            prop_assert_eq!(&got, &k);
+            prop_assert_eq!(round_trip(&d, Some(&t)).0, d.clone());
+            chain_round_trip(&[k.clone(), d.clone(), k, d]);
         }
     }
 }

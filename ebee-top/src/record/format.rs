@@ -243,8 +243,8 @@ mod tests {
         assert_eq!(decode_preamble(&MAGIC[..3]), Err(PreambleError::Short(3)));
         assert_eq!(decode_preamble(b"{\"t_ms\":"), Err(PreambleError::BadMagic));
         let mut b = encode_header(&Meta::default());
-        b[8] = 3;
-        assert_eq!(decode_preamble(&b), Err(PreambleError::Newer(3)));
+        b[8] = 4;
+        assert_eq!(decode_preamble(&b), Err(PreambleError::Newer(4)));
         b[8] = 0;
         assert!(matches!(
             decode_preamble(&b),
