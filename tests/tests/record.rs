@@ -384,14 +384,25 @@ fn bad_recordings_get_one_line_and_their_exit_code() {
     );
     assert_eq!(err.lines().count(), 1);
 
-    // A bad checksum in the 5th: skipped with a warning, the rest exported.
+    // A bad checksum in the 5th: skipped with a warning, the rest exported. In format 3 the
+    // deltas after it up to the next key were coded against it: skipped too, each said.
     let mut bad = bytes.clone();
     bad[r.entries()[4].offset as usize + 60] ^= 0x10;
     std::fs::write(p("bad"), &bad).unwrap();
+    let next_key = (5..r.len())
+        .find(|&i| r.entries()[i].head.kind == ebee_top::record::format::KIND_KEY)
+        .unwrap_or(r.len());
     let (code, out, err) = ebee_top(&["export", p("bad").to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(out.lines().count(), 19);
+    assert_eq!(out.lines().count(), r.len() - (next_key - 4));
     assert!(err.contains("checksum"), "{err}");
+    assert_eq!(err.lines().count(), next_key - 4, "{err}");
+    if next_key > 5 {
+        assert!(
+            err.contains("depends on a damaged interval before it"),
+            "{err}"
+        );
+    }
 }
 
 /// tmux with a fixed-size pane running `cmd`; killed on drop.

@@ -1,8 +1,9 @@
-//! Batches to record payloads and back, compressed with zstd. Format 2 (written now) codes
-//! the per-process tables column by column against the key record (`columns`); format 1
-//! (still read) is the Batch's serde JSON. Either way a key record is compressed alone and a
-//! delta record with the decompressed payload of its key record as a raw-content dictionary,
-//! so a delta depends on nothing but its key.
+//! Batches to record payloads and back, compressed with zstd. Format 3 (written now) codes
+//! the per-process tables column by column against the record before it (`columns`); format 2
+//! (still read) did the same against the key record; format 1 (still read) is the Batch's
+//! serde JSON. In every format a key record is compressed alone and a delta record with the
+//! decompressed payload of its key record as a raw-content dictionary. A format 3 delta
+//! therefore needs its key and every record between (see docs/recording-format.md).
 
 use zstd::zstd_safe::{CCtx, CDict, CParameter, DCtx, DDict};
 
@@ -11,7 +12,7 @@ use super::format::{KIND_DELTA, KIND_KEY, MAX_RAW_LEN, RecordHead, VERSION, crc3
 use crate::batch::Batch;
 
 /// zstd level; measured in BENCHMARKS.md (record section).
-pub const LEVEL: i32 = 3;
+pub const LEVEL: i32 = 9;
 /// A key record at least every this many records: bounds what one damaged key costs.
 pub const KEY_EVERY: u32 = 100;
 
@@ -49,6 +50,8 @@ struct Key {
 pub struct Encoder {
     cctx: CCtx<'static>,
     key: Option<Key>,
+    /// Format 3: the tables of the record just encoded, what the next delta is coded against.
+    prev: Option<Tables>,
     since_key: u32,
     key_every: u32,
     level: i32,
@@ -73,6 +76,12 @@ impl Encoder {
         Self::for_version(1, level, key_every)
     }
 
+    /// An encoder of format 2 (deltas against their key only): to measure against, and to
+    /// test that files written before still read. The writer never uses it.
+    pub fn v2(level: i32, key_every: u32) -> Result<Self, CodecError> {
+        Self::for_version(2, level, key_every)
+    }
+
     fn for_version(version: u16, level: i32, key_every: u32) -> Result<Self, CodecError> {
         let mut cctx = CCtx::try_create().ok_or(CodecError::Zstd("out of memory"))?;
         cctx.set_parameter(CParameter::CompressionLevel(level))
@@ -84,6 +93,7 @@ impl Encoder {
         Ok(Self {
             cctx,
             key: None,
+            prev: None,
             since_key: 0,
             key_every: key_every.max(1),
             level,
@@ -106,15 +116,16 @@ impl Encoder {
     /// Start afresh (a new file): the next record is a key.
     pub fn reset(&mut self) {
         self.key = None;
+        self.prev = None;
         self.since_key = 0;
     }
 
     /// Encode `b` as the record that will start at file offset `offset`.
     pub fn encode(&mut self, b: &Batch, offset: u64) -> Result<(RecordHead, Vec<u8>), CodecError> {
-        let delta = self
-            .key
-            .as_ref()
-            .filter(|_| self.since_key < self.key_every);
+        // Format 3: a delta only right after a record this encoder made (an error starts over).
+        let delta = self.key.as_ref().filter(|_| {
+            self.since_key < self.key_every && (self.version < 3 || self.prev.is_some())
+        });
         let mut tables = None;
         let raw = if self.version == 1 {
             serde_json::to_vec(b).map_err(|e| CodecError::Json(e.to_string()))?
@@ -128,7 +139,18 @@ impl Encoder {
             } else {
                 b
             };
-            tables = Some(columns::encode(b, reference, &mut raw)?);
+            if self.version >= 3 {
+                let prev = if delta.is_some() {
+                    self.prev.take()
+                } else {
+                    None
+                };
+                self.prev = None;
+                // On an error `prev` stays None: the next record is a key.
+                self.prev = Some(columns::encode_chained(b, prev.as_ref(), &mut raw)?);
+            } else {
+                tables = Some(columns::encode(b, reference, &mut raw)?);
+            }
             raw
         };
         if raw.len() > MAX_RAW_LEN as usize {
@@ -147,6 +169,15 @@ impl Encoder {
                 (KIND_KEY, offset)
             }
         };
+        columns::stat(
+            || {
+                format!(
+                    "payload ({})",
+                    if kind == KIND_KEY { "key" } else { "delta" }
+                )
+            },
+            out.len() as f64,
+        );
         if kind == KIND_KEY {
             let dict =
                 CDict::try_create(&raw, self.level).ok_or(CodecError::Zstd("out of memory"))?;
@@ -223,7 +254,8 @@ impl Decoder {
     /// Prepare a key record's bytes (of format `version`) as the reference of its deltas.
     pub fn key_dict(&self, offset: u64, raw: &[u8], version: u16) -> Result<KeyDict, CodecError> {
         let tables = match version {
-            1 => None,
+            // Format 3 decodes its key as the first link of a chain (`parse_chained`).
+            1 | 3 => None,
             2 => columns::decode(raw, None, true)?.1,
             v => return Err(CodecError::Version(v)),
         };
@@ -253,6 +285,15 @@ pub fn parse(raw: &[u8], version: u16, key: Option<&KeyDict>) -> Result<Batch, C
             Ok(columns::decode(raw, reference, false)?.0)
         }
         v => Err(CodecError::Version(v)),
+    }
+}
+
+/// Parse a decompressed payload of format 3: a key record (`prev` None), or a delta coded
+/// against the tables of the record before it. Returns the tables the next delta needs.
+pub fn parse_chained(raw: &[u8], prev: Option<&Tables>) -> Result<(Batch, Tables), CodecError> {
+    match columns::decode_chained(raw, prev)? {
+        (b, Some(t)) => Ok((b, t)),
+        _ => Err(CodecError::Columns("no tables kept")),
     }
 }
 

@@ -59,6 +59,8 @@ pub struct Table {
     cols: Vec<Column>,
     /// Original row `k` is stored row `order[k]`.
     order: Vec<usize>,
+    /// Format 3 references: records since the row was last present (0: in the record itself).
+    age: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -74,6 +76,98 @@ pub struct Tables {
     tables: Vec<Table>,
     skeleton: Vec<u8>,
     ints: Vec<i128>,
+    /// Format 3: the adaptive models as they are after this record (the next delta goes on
+    /// with them; format 2 starts every record afresh).
+    models: Models,
+}
+
+/// Most integer models (and bit probabilities) a format 3 chain keeps: far more than the
+/// Batch has columns and contexts; past it a model is fresh each time it is used (bounds what
+/// corrupt input can make a reader hold).
+const MAX_MODELS: usize = 4096;
+
+/// The adaptive models of one payload (format 2) or of a chain of records (format 3), by name
+/// (`table.column/what`), each a small array of contexts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Models {
+    /// Format 3: models that learn fast, then hold still (`rc::Bit::counting`).
+    counting: bool,
+    ints: HashMap<String, Vec<IntModel>>,
+    bits: HashMap<String, Vec<Bit>>,
+    size: usize,
+    scratch: Vec<IntModel>,
+    scratch_bits: Vec<Bit>,
+}
+
+impl Models {
+    fn new(chain: bool) -> Self {
+        Self {
+            counting: chain,
+            ..Self::default()
+        }
+    }
+
+    fn int_model(&self) -> IntModel {
+        if self.counting {
+            IntModel::counting()
+        } else {
+            IntModel::default()
+        }
+    }
+
+    fn bit_model(&self) -> Bit {
+        if self.counting {
+            Bit::counting()
+        } else {
+            Bit::default()
+        }
+    }
+
+    /// The `n` integer models named `key` (fresh ones past `MAX_MODELS`).
+    fn ints(&mut self, key: String, n: usize) -> &mut [IntModel] {
+        let fits = self.size + n <= MAX_MODELS;
+        let fresh = self.int_model();
+        match self.ints.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let v = e.into_mut();
+                if v.len() < n {
+                    v.resize(n, fresh);
+                }
+                v
+            }
+            std::collections::hash_map::Entry::Vacant(e) if fits => {
+                self.size += n;
+                e.insert(vec![fresh; n])
+            }
+            std::collections::hash_map::Entry::Vacant(_) => {
+                self.scratch = vec![fresh; n];
+                &mut self.scratch
+            }
+        }
+    }
+
+    /// The `n` bit probabilities named `key`.
+    fn bits(&mut self, key: String, n: usize) -> &mut [Bit] {
+        let fits = self.size + n <= MAX_MODELS;
+        let fresh = self.bit_model();
+        match self.bits.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let v = e.into_mut();
+                if v.len() < n {
+                    v.resize(n, fresh);
+                }
+                v
+            }
+            std::collections::hash_map::Entry::Vacant(e) if fits => {
+                self.size += n;
+                e.insert(vec![fresh; n])
+            }
+            std::collections::hash_map::Entry::Vacant(_) => {
+                self.scratch_bits = vec![fresh; n];
+                &mut self.scratch_bits
+            }
+        }
+    }
 }
 
 impl Tables {
@@ -121,6 +215,36 @@ fn put_ints(v: &mut Value, ints: &mut std::vec::IntoIter<Value>) {
         Value::Object(m) => m.values_mut().for_each(|x| put_ints(x, ints)),
         _ => {}
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where the bytes go (a developer's measure, off unless `track_stats(true)`).
+
+static TRACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+thread_local! {
+    static STATS: std::cell::RefCell<std::collections::BTreeMap<String, f64>> =
+        const { std::cell::RefCell::new(std::collections::BTreeMap::new()) };
+}
+
+/// Start (or stop) measuring where the encoder's bytes go, on this thread.
+pub fn track_stats(on: bool) {
+    TRACK.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn tracking() -> bool {
+    TRACK.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Add `bytes` to the measure `what`.
+pub(crate) fn stat(what: impl FnOnce() -> String, bytes: f64) {
+    if tracking() {
+        STATS.with(|s| *s.borrow_mut().entry(what()).or_default() += bytes);
+    }
+}
+
+/// The measures so far, bytes summed over every payload encoded on this thread.
+pub fn stats() -> Vec<(String, f64)> {
+    STATS.with(|s| s.borrow().iter().map(|(k, v)| (k.clone(), *v)).collect())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -258,16 +382,34 @@ impl Budget {
 struct Out {
     bytes: Vec<u8>,
     rc: rc::Encoder,
+    ms: Models,
+    /// Format 3 (models carried from record to record, richer contexts).
+    chain: bool,
+}
+
+impl Out {
+    /// Bytes the range coder spent so far (when measured).
+    fn cost(&self) -> f64 {
+        self.rc.cost.unwrap_or(0.0) / 8.0
+    }
 }
 
 /// And read from.
 struct In<'a> {
     inp: Input<'a>,
     rc: rc::Decoder<'a>,
+    ms: Models,
+    chain: bool,
 }
 
 impl In<'_> {
     fn int(&mut self, m: &mut IntModel) -> Result<u128, CodecError> {
+        self.rc.int(m).ok_or(bad("an integer out of range"))
+    }
+
+    /// The next integer with the first of the models named `key`.
+    fn int_of(&mut self, key: String) -> Result<u128, CodecError> {
+        let m = &mut self.ms.ints(key, 1)[0];
         self.rc.int(m).ok_or(bad("an integer out of range"))
     }
 
@@ -282,21 +424,33 @@ impl In<'_> {
 // ---------------------------------------------------------------------------------------------
 // Encoding.
 
-/// Encode `b` (a delta against `reference` when given) into `out`; returns the tables, kept
-/// when this is a key record.
+/// Encode `b` (a delta against `reference` when given) into `out` in format 2; returns the
+/// tables, kept when this is a key record.
 pub fn encode(
     b: &Batch,
     reference: Option<&Tables>,
     out: &mut Vec<u8>,
 ) -> Result<Tables, CodecError> {
     let v = serde_json::to_value(b).map_err(|e| CodecError::Json(e.to_string()))?;
-    encode_value(v, reference, out)
+    encode_value(v, reference, false, out)
 }
 
-/// Encode a Batch's serde value (any JSON object).
+/// Encode `b` in format 3: a key record (`prev` None) or a delta against the record before
+/// (its returned tables). Returns what the next delta is coded against.
+pub fn encode_chained(
+    b: &Batch,
+    prev: Option<&Tables>,
+    out: &mut Vec<u8>,
+) -> Result<Tables, CodecError> {
+    let v = serde_json::to_value(b).map_err(|e| CodecError::Json(e.to_string()))?;
+    encode_value(v, prev, true, out)
+}
+
+/// Encode a Batch's serde value (any JSON object); `chain`: format 3, else 2.
 pub fn encode_value(
     v: Value,
     reference: Option<&Tables>,
+    chain: bool,
     out: &mut Vec<u8>,
 ) -> Result<Tables, CodecError> {
     let Value::Object(mut rest) = v else {
@@ -310,7 +464,12 @@ pub fn encode_value(
         .collect();
     let mut o = Out {
         bytes: Vec::new(),
-        rc: rc::Encoder::default(),
+        rc: rc::Encoder::measured(tracking()),
+        ms: match reference {
+            Some(r) if chain => r.models.clone(),
+            _ => Models::new(chain),
+        },
+        chain,
     };
     let mut tables = Vec::with_capacity(names.len());
     put_varint(&mut o.bytes, names.len() as u128);
@@ -333,20 +492,144 @@ pub fn encode_value(
         .filter(|r| r.skeleton == json && r.ints.len() == ints.len())
         .map(|r| &r.ints[..]);
     o.bytes.push(u8::from(keyints.is_some()));
-    let mut m = IntModel::default();
+    let c0 = o.cost();
+    // Format 3: a model per place (the first SKEL_MODELS), each learns its own steps.
+    let nm = if chain {
+        ints.len().clamp(1, SKEL_MODELS)
+    } else {
+        1
+    };
+    let ms = o.ms.ints("/skeleton".into(), nm);
     for (k, x) in ints.iter().enumerate() {
         let p = keyints.map_or(0, |r| r[k]);
-        o.rc.int(&mut m, zigzag(x - p));
+        o.rc.int(&mut ms[k.min(nm - 1)], zigzag(x - p));
     }
+    stat(|| "rc skeleton ints".into(), o.cost() - c0);
+    stat(|| "raw skeleton json".into(), json.len() as f64);
+    stat(|| "raw byte stream".into(), o.bytes.len() as f64);
     let rc = o.rc.finish();
+    stat(|| "rc total".into(), rc.len() as f64);
+    if reference.is_some() {
+        stat(|| "rc (delta)".into(), rc.len() as f64);
+        stat(|| "raw bytes (delta)".into(), o.bytes.len() as f64);
+    }
     put_varint(out, rc.len() as u128);
     out.extend_from_slice(&rc);
     out.extend_from_slice(&o.bytes);
-    Ok(Tables {
+    let t = Tables {
         tables,
         skeleton: json,
         ints,
-    })
+        models: if chain { o.ms } else { Models::default() },
+    };
+    Ok(if chain { carry(reference, t) } else { t })
+}
+
+/// Integers of the skeleton with a model of their own (format 3).
+const SKEL_MODELS: usize = 256;
+/// Format 3: a row absent from a record stays in the reference this many records more, so a
+/// process that skips an interval or a few is matched again, not coded as new.
+const MAX_AGE: u32 = 16;
+
+/// Format 3: what the next delta is coded against. The record's own tables, plus the rows of
+/// the previous reference (and its tables) absent from it for at most `MAX_AGE` records, all
+/// within `MAX_CELLS`. Encoder and decoder both build it from the same values.
+fn carry(prev: Option<&Tables>, mut cur: Tables) -> Tables {
+    let Some(prev) = prev else {
+        return cur;
+    };
+    let mut cells: usize = cur
+        .tables
+        .iter()
+        .map(|t| t.pids.len() * (t.cols.len() + 1))
+        .sum();
+    for pt in &prev.tables {
+        let ti = match cur.tables.iter().position(|t| t.name == pt.name) {
+            Some(i) => i,
+            None => {
+                if cur.tables.len() >= MAX_TABLES {
+                    continue;
+                }
+                cur.tables.push(Table {
+                    name: pt.name.clone(),
+                    cols: pt
+                        .cols
+                        .iter()
+                        .map(|c| Column {
+                            name: c.name.clone(),
+                            cells: Vec::new(),
+                        })
+                        .collect(),
+                    ..Table::default()
+                });
+                cur.tables.len() - 1
+            }
+        };
+        let t = &mut cur.tables[ti];
+        let per_row = t.cols.len() + 1;
+        let keep: Vec<usize> = (0..pt.pids.len())
+            .filter(|&j| {
+                pt.age.get(j).is_some_and(|a| *a < MAX_AGE)
+                    && t.pids.binary_search(&pt.pids[j]).is_err()
+            })
+            .collect();
+        if keep.is_empty() {
+            continue;
+        }
+        if cells + keep.len() * per_row > MAX_CELLS {
+            continue;
+        }
+        cells += keep.len() * per_row;
+        // Merge by pid (a present row first on a tie: carried pids are never present).
+        let n = t.pids.len() + keep.len();
+        let mut from: Vec<(u64, Option<usize>, Option<usize>)> = Vec::with_capacity(n);
+        from.extend(t.pids.iter().enumerate().map(|(i, &p)| (p, Some(i), None)));
+        from.extend(keep.iter().map(|&j| (pt.pids[j], None, Some(j))));
+        from.sort_by_key(|x| (x.0, x.1.is_none()));
+        let pcols: Vec<Option<&Column>> = t
+            .cols
+            .iter()
+            .map(|c| pt.cols.iter().find(|x| x.name == c.name))
+            .collect();
+        let mut cols: Vec<Column> = t
+            .cols
+            .iter()
+            .map(|c| Column {
+                name: c.name.clone(),
+                cells: Vec::with_capacity(n),
+            })
+            .collect();
+        let mut pids = Vec::with_capacity(n);
+        let mut age = Vec::with_capacity(n);
+        for (pid, i, j) in from {
+            pids.push(pid);
+            match (i, j) {
+                (Some(i), _) => {
+                    age.push(0);
+                    for (c, col) in cols.iter_mut().zip(&t.cols) {
+                        c.cells
+                            .push(col.cells.get(i).cloned().unwrap_or(Value::Null));
+                    }
+                }
+                (None, Some(j)) => {
+                    age.push(pt.age.get(j).map_or(MAX_AGE, |a| a + 1));
+                    for (c, pc) in cols.iter_mut().zip(&pcols) {
+                        c.cells.push(
+                            pc.and_then(|pc| pc.cells.get(j))
+                                .cloned()
+                                .unwrap_or(Value::Null),
+                        );
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        t.pids = pids;
+        t.cols = cols;
+        t.age = age;
+        t.order = Vec::new();
+    }
+    cur
 }
 
 /// An array of objects with the same fields, one of them an integer `pid`.
@@ -443,19 +726,20 @@ fn encode_table(
 
     put_str(&mut o.bytes, &name);
     put_varint(&mut o.bytes, pids.len() as u128);
+    let c0 = o.cost();
     let refs = match reft {
         Some(r) => {
             o.bytes.push(1);
             let (refs, used) = match_rows(&pids, &r.pids);
-            let mut p = Bit::default();
-            for u in used {
-                o.rc.bit(&mut p, u);
+            let p = o.ms.bits(format!("{name}/present"), AGE_CTX);
+            for (j, u) in used.into_iter().enumerate() {
+                o.rc.bit(&mut p[age_ctx(r, j)], u);
             }
-            let mut m = IntModel::default();
+            let m = &mut o.ms.ints(format!("{name}/pid"), 1)[0];
             let mut prev = 0;
             for (&pid, r) in pids.iter().zip(&refs) {
                 if r.is_none() {
-                    o.rc.int(&mut m, u128::from(pid - prev));
+                    o.rc.int(m, u128::from(pid - prev));
                     prev = pid;
                 }
             }
@@ -463,18 +747,21 @@ fn encode_table(
         }
         None => {
             o.bytes.push(0);
-            let mut m = IntModel::default();
+            let m = &mut o.ms.ints(format!("{name}/pid"), 1)[0];
             let mut prev = 0;
             for &pid in &pids {
-                o.rc.int(&mut m, u128::from(pid - prev));
+                o.rc.int(m, u128::from(pid - prev));
                 prev = pid;
             }
             vec![None; pids.len()]
         }
     };
+    stat(|| format!("{name}.pid"), o.cost() - c0);
+    stat(|| format!("{name} rows"), pids.len() as f64);
     put_varint(&mut o.bytes, cols.len() as u128);
     let mut sums: Vec<Option<Vec<i128>>> = Vec::new();
     for c in &cols {
+        let c0 = o.cost();
         put_str(&mut o.bytes, &c.name);
         let refc = reft.and_then(|r| r.cols.iter().find(|x| x.name == c.name));
         let kind = kind_of(c);
@@ -488,41 +775,115 @@ fn encode_table(
                     .collect();
                 let d = gcd_all(vals.iter().flatten().copied());
                 put_varint(&mut o.bytes, d as u128);
-                let mut lens = IntModel::default();
-                let mut elems = [IntModel::default(), IntModel::default()];
-                for v in &vals {
+                let lkey = format!("{name}.{}/len", c.name);
+                let ekey = format!("{name}.{}/elem", c.name);
+                let nctx = if o.chain { LIST_CTX } else { 2 };
+                let mut lens = o.ms.ints(lkey.clone(), 1)[0].clone();
+                let mut elems = o.ms.ints(ekey.clone(), nctx).to_vec();
+                let refl = ref_lists(&refs, refc, d, o.chain);
+                for (v, rl) in vals.iter().zip(&refl) {
                     o.rc.int(&mut lens, v.len() as u128);
-                    let mut ctx = 0;
-                    for x in v {
-                        o.rc.int(&mut elems[ctx], zigzag(x / d));
-                        ctx = usize::from(*x != 0);
+                    let mut before = None;
+                    for (i, x) in v.iter().enumerate() {
+                        let y = x / d;
+                        let ctx = list_ctx(o.chain, before, rl, i);
+                        o.rc.int(&mut elems[ctx], zigzag(y));
+                        before = Some(y);
                     }
                 }
+                o.ms.ints(lkey, 1)[0] = lens;
+                o.ms.ints(ekey, nctx).clone_from_slice(&elems);
                 sums.push(Some(vals.iter().map(|v| v.iter().sum()).collect()));
             }
             KIND_INT => {
                 let vals: Vec<i128> = c.cells.iter().map(|v| as_int(v).unwrap_or(0)).collect();
-                encode_ints(o, &vals, &refs, refc, &sums)?;
+                encode_ints(o, &format!("{name}.{}", c.name), &vals, &refs, refc, &sums)?;
                 sums.push(None);
             }
             _ => {
-                encode_json(o, &c.cells, &refs, refc)?;
+                encode_json(o, &format!("{name}.{}", c.name), &c.cells, &refs, refc)?;
                 sums.push(None);
             }
         }
+        stat(|| format!("{name}.{}", c.name), o.cost() - c0);
     }
+    let c0 = o.cost();
     // Row order: the original row k is stored row order[k].
     let mut order = vec![0usize; stored.len()];
     for (s, &orig) in stored.iter().enumerate() {
         order[orig] = s;
     }
-    encode_order(o, &order, &cols);
+    encode_order(o, &name, &order, &cols);
+    stat(|| format!("{name} order"), o.cost() - c0);
+    let age = vec![0; pids.len()];
     Ok(Table {
         name,
         pids,
         cols,
         order,
+        age,
     })
+}
+
+/// Contexts of the present bits of a reference's rows: by age, 0 (in the record before), 1, 2,
+/// 3 or more (format 2 references are all of age 0).
+const AGE_CTX: usize = 4;
+
+fn age_ctx(r: &Table, j: usize) -> usize {
+    r.age.get(j).map_or(0, |&a| (a as usize).min(AGE_CTX - 1))
+}
+
+/// Format 3 contexts of a list element: the bit length of the element before it in the list
+/// and of the element at the same place in the reference row, each in one of `LEN_GROUPS`
+/// groups (`len_group`; `LEN_NONE` when there is none). Finer groups measured no better.
+const LEN_NONE: usize = 16;
+const LEN_GROUPS: usize = 7;
+const LIST_CTX: usize = LEN_GROUPS * LEN_GROUPS;
+
+/// Bit lengths 0, 1-4, 5, 6-7, 8-9, 10 and more, none.
+fn len_group(len: usize) -> usize {
+    match len {
+        0 => 0,
+        1..=4 => 1,
+        5 => 2,
+        6..=7 => 3,
+        8..=9 => 4,
+        LEN_NONE => 6,
+        _ => 5,
+    }
+}
+
+fn len_ctx(y: i128) -> usize {
+    (128 - y.unsigned_abs().leading_zeros() as usize).min(LEN_NONE - 1)
+}
+
+/// The context of element `i` of a list: format 2, whether the element before is non-zero;
+/// format 3, see `LIST_CTX`.
+fn list_ctx(chain: bool, before: Option<i128>, refl: &Option<Vec<i128>>, i: usize) -> usize {
+    if !chain {
+        return before.map_or(0, |b| usize::from(b != 0));
+    }
+    let a = before.map_or(LEN_NONE, len_ctx);
+    let b = refl
+        .as_ref()
+        .and_then(|l| l.get(i))
+        .map_or(LEN_NONE, |&y| len_ctx(y));
+    len_group(a) * LEN_GROUPS + len_group(b)
+}
+
+/// Format 3: each row's reference list, divided by `d` (None for format 2).
+fn ref_lists(
+    refs: &[Option<usize>],
+    refc: Option<&Column>,
+    d: i128,
+    chain: bool,
+) -> Vec<Option<Vec<i128>>> {
+    refs.iter()
+        .map(|r| {
+            let c = refc.filter(|_| chain)?.cells.get((*r)?)?;
+            Some(int_list(c)?.into_iter().map(|x| x / d).collect())
+        })
+        .collect()
 }
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
@@ -570,6 +931,7 @@ fn predict(
 
 fn encode_ints(
     o: &mut Out,
+    key: &str,
     vals: &[i128],
     refs: &[Option<usize>],
     refc: Option<&Column>,
@@ -607,15 +969,16 @@ fn encode_ints(
     let (_, code, diffs) = best.ok_or(bad("no prediction fits"))?;
     o.bytes.push(code);
     put_varint(&mut o.bytes, d as u128);
-    let mut m = IntModel::default();
+    let m = &mut o.ms.ints(format!("{key}/{code}"), 1)[0];
     for x in diffs {
-        o.rc.int(&mut m, zigzag(x));
+        o.rc.int(m, zigzag(x));
     }
     Ok(())
 }
 
 fn encode_json(
     o: &mut Out,
+    key: &str,
     cells: &[Value],
     refs: &[Option<usize>],
     refc: Option<&Column>,
@@ -647,8 +1010,8 @@ fn encode_json(
         put_varint(&mut o.bytes, j.len() as u128);
         o.bytes.extend_from_slice(j);
     }
-    let mut p = Bit::default();
-    let mut m = IntModel::default();
+    let mut p = o.ms.bits(format!("{key}/same"), 1)[0];
+    let mut m = o.ms.ints(format!("{key}/index"), 1)[0].clone();
     let mut next = idx.into_iter();
     for (r, s) in refs.iter().zip(&same) {
         if use_ref && r.is_some() {
@@ -661,6 +1024,8 @@ fn encode_json(
             o.rc.int(&mut m, next.next().unwrap_or(0) as u128);
         }
     }
+    o.ms.bits(format!("{key}/same"), 1)[0] = p;
+    o.ms.ints(format!("{key}/index"), 1)[0] = m;
     Ok(())
 }
 
@@ -688,7 +1053,7 @@ fn tie_groups(o: &[usize], w: &[i128]) -> Vec<std::ops::Range<usize>> {
     g
 }
 
-fn encode_order(o: &mut Out, order: &[usize], cols: &[Column]) {
+fn encode_order(o: &mut Out, name: &str, order: &[usize], cols: &[Column]) {
     if order.iter().enumerate().all(|(k, &s)| k == s) {
         o.bytes.push(ORDER_STORED);
         return;
@@ -721,21 +1086,21 @@ fn encode_order(o: &mut Out, order: &[usize], cols: &[Column]) {
         for i in set {
             put_varint(&mut o.bytes, ints[i].0 as u128);
         }
-        let mut m = IntModel::default();
+        let m = &mut o.ms.ints(format!("{name}/order"), 1)[0];
         for g in tie_groups(&base, &w) {
             let mut left: Vec<usize> = base[g.clone()].to_vec();
             for &s in &order[g.start..g.end - 1] {
                 let i = left.iter().position(|&x| x == s).unwrap_or(0);
-                o.rc.int(&mut m, i as u128);
+                o.rc.int(m, i as u128);
                 left.remove(i);
             }
         }
         return;
     }
     o.bytes.push(ORDER_EXPLICIT);
-    let mut m = IntModel::default();
+    let m = &mut o.ms.ints(format!("{name}/order-x"), 1)[0];
     for &s in order {
-        o.rc.int(&mut m, s as u128);
+        o.rc.int(m, s as u128);
     }
 }
 
@@ -749,7 +1114,18 @@ pub fn decode(
     reference: Option<&Tables>,
     keep: bool,
 ) -> Result<(Batch, Option<Tables>), CodecError> {
-    let (v, t) = decode_value(bytes, reference, keep)?;
+    let (v, t) = decode_value(bytes, reference, keep, false)?;
+    let b = serde_json::from_value(v).map_err(|e| CodecError::Json(e.to_string()))?;
+    Ok((b, t))
+}
+
+/// Decode a format 3 payload: a key record (`prev` None) or a delta against the tables of the
+/// record before it. Returns what the next delta is coded against.
+pub fn decode_chained(
+    bytes: &[u8],
+    prev: Option<&Tables>,
+) -> Result<(Batch, Option<Tables>), CodecError> {
+    let (v, t) = decode_value(bytes, prev, true, true)?;
     let b = serde_json::from_value(v).map_err(|e| CodecError::Json(e.to_string()))?;
     Ok((b, t))
 }
@@ -759,6 +1135,7 @@ pub fn decode_value(
     bytes: &[u8],
     reference: Option<&Tables>,
     keep: bool,
+    chain: bool,
 ) -> Result<(Value, Option<Tables>), CodecError> {
     let mut inp = Input { b: bytes, at: 0 };
     let rc_len = inp.count(0, bytes.len())?;
@@ -766,6 +1143,11 @@ pub fn decode_value(
     let mut d = In {
         inp,
         rc: rc::Decoder::new(rc_bytes),
+        ms: match reference {
+            Some(r) if chain => r.models.clone(),
+            _ => Models::new(chain),
+        },
+        chain,
     };
     let mut budget = Budget(0);
     let n = d.inp.count(1, MAX_TABLES)?;
@@ -793,10 +1175,16 @@ pub fn decode_value(
         _ => return Err(bad("an unknown field coding")),
     };
     let mut ints = Vec::with_capacity(nints);
-    let mut m = IntModel::default();
+    let nm = if chain {
+        nints.clamp(1, SKEL_MODELS)
+    } else {
+        1
+    };
+    let ms = d.ms.ints("/skeleton".into(), nm);
     for k in 0..nints {
         let p = keyints.map_or(0, |r| r.ints[k]);
-        ints.push(scaled(d.int(&mut m)?, 1, p)?);
+        let x = d.rc.int(&mut ms[k.min(nm - 1)]);
+        ints.push(scaled(x.ok_or(bad("an integer out of range"))?, 1, p)?);
     }
     if d.inp.left() != 0 {
         return Err(bad("bytes after the end of the payload"));
@@ -804,10 +1192,18 @@ pub fn decode_value(
     if d.rc.consumed() > rc_len + 4 {
         return Err(bad("the coded integers end early"));
     }
-    let kept = keep.then(|| Tables {
-        tables: tables.clone(),
-        skeleton: json.to_vec(),
-        ints: ints.clone(),
+    let kept = keep.then(|| {
+        let t = Tables {
+            tables: tables.clone(),
+            skeleton: json.to_vec(),
+            ints: ints.clone(),
+            models: if chain {
+                std::mem::take(&mut d.ms)
+            } else {
+                Models::default()
+            },
+        };
+        if chain { carry(reference, t) } else { t }
     });
     let values = ints
         .into_iter()
@@ -836,12 +1232,12 @@ fn decode_table(
     budget.take(nrows)?;
     let mut pids = Vec::with_capacity(nrows);
     let mut refs = Vec::with_capacity(nrows);
-    let mut m = IntModel::default();
+    let pkey = format!("{name}/pid");
     let reft = match d.inp.byte()? {
         0 => {
             let mut p = 0u64;
             for _ in 0..nrows {
-                p = u64::try_from(d.int(&mut m)?)
+                p = u64::try_from(d.int_of(pkey.clone())?)
                     .ok()
                     .and_then(|x| p.checked_add(x))
                     .ok_or(bad("a pid out of range"))?;
@@ -854,8 +1250,10 @@ fn decode_table(
             let r = reference
                 .and_then(|r| r.get(&name))
                 .ok_or(bad("a delta table without its key table"))?;
-            let mut bit = Bit::default();
-            let used: Vec<bool> = r.pids.iter().map(|_| d.rc.bit(&mut bit)).collect();
+            let bits = d.ms.bits(format!("{name}/present"), AGE_CTX);
+            let used: Vec<bool> = (0..r.pids.len())
+                .map(|j| d.rc.bit(&mut bits[age_ctx(r, j)]))
+                .collect();
             let nold = used.iter().filter(|&&u| u).count();
             let nnew = nrows
                 .checked_sub(nold)
@@ -863,7 +1261,7 @@ fn decode_table(
             let mut new = Vec::with_capacity(nnew);
             let mut p = 0u64;
             for _ in 0..nnew {
-                p = u64::try_from(d.int(&mut m)?)
+                p = u64::try_from(d.int_of(pkey.clone())?)
                     .ok()
                     .and_then(|x| p.checked_add(x))
                     .ok_or(bad("a pid out of range"))?;
@@ -911,25 +1309,38 @@ fn decode_table(
         let (cells, sum) = match d.inp.byte()? {
             KIND_INT_LIST => {
                 let dv = divisor(&mut d.inp)?;
-                let mut lens = IntModel::default();
-                let mut elems = [IntModel::default(), IntModel::default()];
+                let lkey = format!("{name}.{cname}/len");
+                let ekey = format!("{name}.{cname}/elem");
+                let nctx = if d.chain { LIST_CTX } else { 2 };
+                let mut lens = d.ms.ints(lkey.clone(), 1)[0].clone();
+                let mut elems = d.ms.ints(ekey.clone(), nctx).to_vec();
+                let refl = ref_lists(&refs, refc, dv, d.chain);
                 let mut cells = Vec::with_capacity(nrows);
                 let mut sum = Vec::with_capacity(nrows);
-                for _ in 0..nrows {
+                for rl in &refl {
                     let l = d.count(&mut lens, MAX_CELLS)?;
                     budget.take(l)?;
                     let mut list = Vec::with_capacity(l);
                     let mut s = 0i128;
-                    let mut ctx = 0;
-                    for _ in 0..l {
-                        let x = scaled(d.int(&mut elems[ctx])?, dv, 0)?;
+                    let mut before = None;
+                    for i in 0..l {
+                        let ctx = list_ctx(d.chain, before, rl, i);
+                        let y = unzigzag(
+                            elems
+                                .get_mut(ctx)
+                                .and_then(|m| d.rc.int(m))
+                                .ok_or(bad("an integer out of range"))?,
+                        );
+                        let x = y.checked_mul(dv).ok_or(bad("an integer out of range"))?;
                         s = s.checked_add(x).ok_or(bad("an integer out of range"))?;
                         list.push(int_value(x)?);
-                        ctx = usize::from(x != 0);
+                        before = Some(y);
                     }
                     cells.push(Value::Array(list));
                     sum.push(s);
                 }
+                d.ms.ints(lkey, 1)[0] = lens;
+                d.ms.ints(ekey, nctx).clone_from_slice(&elems);
                 (cells, Some(sum))
             }
             KIND_INT => {
@@ -943,7 +1354,7 @@ fn decode_table(
                     return Err(bad("a prediction from a column that is not a list"));
                 }
                 let mut vals: Vec<i128> = Vec::with_capacity(nrows);
-                let mut m = IntModel::default();
+                let mut m = d.ms.ints(format!("{name}.{cname}/{code}"), 1)[0].clone();
                 for (k, r) in refs.iter().enumerate() {
                     let p = match code {
                         PRED_NONE => 0,
@@ -963,24 +1374,30 @@ fn decode_table(
                     let p = snap(p, dv).ok_or(bad("an integer out of range"))?;
                     vals.push(scaled(d.int(&mut m)?, dv, p)?);
                 }
+                d.ms.ints(format!("{name}.{cname}/{code}"), 1)[0] = m;
                 let cells = vals
                     .into_iter()
                     .map(int_value)
                     .collect::<Result<Vec<_>, _>>()?;
                 (cells, None)
             }
-            KIND_JSON => (decode_json(d, &refs, refc)?, None),
+            KIND_JSON => (
+                decode_json(d, &format!("{name}.{cname}"), &refs, refc)?,
+                None,
+            ),
             _ => return Err(bad("an unknown column kind")),
         };
         cols.push(Column { name: cname, cells });
         sums.push(sum);
     }
-    let order = decode_order(d, &cols, nrows)?;
+    let order = decode_order(d, &name, &cols, nrows)?;
+    let age = vec![0; pids.len()];
     Ok(Table {
         name,
         pids,
         cols,
         order,
+        age,
     })
 }
 
@@ -1002,6 +1419,7 @@ fn scaled(x: u128, d: i128, pred: i128) -> Result<i128, CodecError> {
 
 fn decode_json(
     d: &mut In<'_>,
+    key: &str,
     refs: &[Option<usize>],
     refc: Option<&Column>,
 ) -> Result<Vec<Value>, CodecError> {
@@ -1018,8 +1436,8 @@ fn decode_json(
             .map_err(|e| CodecError::Json(e.to_string()))?;
         list.push(v);
     }
-    let mut p = Bit::default();
-    let mut m = IntModel::default();
+    let mut p = d.ms.bits(format!("{key}/same"), 1)[0];
+    let mut m = d.ms.ints(format!("{key}/index"), 1)[0].clone();
     let mut cells = Vec::with_capacity(refs.len());
     for r in refs {
         if use_ref
@@ -1044,10 +1462,17 @@ fn decode_json(
                 .ok_or(bad("a cell refers to a value that is not there"))?,
         );
     }
+    d.ms.bits(format!("{key}/same"), 1)[0] = p;
+    d.ms.ints(format!("{key}/index"), 1)[0] = m;
     Ok(cells)
 }
 
-fn decode_order(d: &mut In<'_>, cols: &[Column], n: usize) -> Result<Vec<usize>, CodecError> {
+fn decode_order(
+    d: &mut In<'_>,
+    name: &str,
+    cols: &[Column],
+    n: usize,
+) -> Result<Vec<usize>, CodecError> {
     match d.inp.byte()? {
         ORDER_STORED => Ok((0..n).collect()),
         ORDER_WEIGHT => {
@@ -1063,7 +1488,7 @@ fn decode_order(d: &mut In<'_>, cols: &[Column], n: usize) -> Result<Vec<usize>,
             }
             let cs: Vec<&[i128]> = ints.iter().map(|v| &v[..]).collect();
             let (mut o, w) = weight_order(&cs, n);
-            let mut m = IntModel::default();
+            let mut m = d.ms.ints(format!("{name}/order"), 1)[0].clone();
             for g in tie_groups(&o, &w) {
                 let mut left: Vec<usize> = o[g.clone()].to_vec();
                 for slot in &mut o[g.start..g.end - 1] {
@@ -1072,12 +1497,13 @@ fn decode_order(d: &mut In<'_>, cols: &[Column], n: usize) -> Result<Vec<usize>,
                 }
                 o[g.end - 1] = left.pop().ok_or(bad("a bad row order"))?;
             }
+            d.ms.ints(format!("{name}/order"), 1)[0] = m;
             Ok(o)
         }
         ORDER_EXPLICIT => {
             let mut seen = vec![false; n];
             let mut o = Vec::with_capacity(n);
-            let mut m = IntModel::default();
+            let mut m = d.ms.ints(format!("{name}/order-x"), 1)[0].clone();
             for _ in 0..n {
                 let s = d.count(&mut m, n)?;
                 match seen.get_mut(s) {
@@ -1086,6 +1512,7 @@ fn decode_order(d: &mut In<'_>, cols: &[Column], n: usize) -> Result<Vec<usize>,
                 }
                 o.push(s);
             }
+            d.ms.ints(format!("{name}/order-x"), 1)[0] = m;
             Ok(o)
         }
         _ => Err(bad("an unknown row order")),
@@ -1157,6 +1584,57 @@ mod tests {
         }
     }
 
+    /// Format 3: a chain of records, each coded against the one before.
+    fn chain_round_trip(batches: &[Batch]) {
+        let mut enc: Option<Tables> = None;
+        let mut dec: Option<Tables> = None;
+        for (i, b) in batches.iter().enumerate() {
+            let mut out = Vec::new();
+            let t = encode_chained(b, enc.as_ref(), &mut out).unwrap();
+            let (got, kept) = decode_chained(&out, dec.as_ref()).unwrap();
+            assert_eq!(&got, b, "record {i}");
+            assert_eq!(
+                kept.as_ref(),
+                Some(&t),
+                "record {i}: the decoder keeps what the encoder kept"
+            );
+            enc = Some(t);
+            dec = kept;
+        }
+    }
+
+    #[test]
+    fn plausible_intervals_round_trip_as_a_chain() {
+        let batches: Vec<Batch> = (1..80)
+            .map(|s| rounded(&plausible(s, 10 + (s % 23) as u32)))
+            .collect();
+        chain_round_trip(&batches);
+    }
+
+    #[test]
+    fn a_chain_round_trips_rows_that_skip_intervals_and_forgets_old_ones() {
+        // One process runs, skips 3 intervals, comes back (matched again through the carried
+        // row), then is gone for longer than MAX_AGE.
+        let victim = plausible(1, 6).cpu[0].pid;
+        let batches: Vec<Batch> = (1..60u64)
+            .map(|s| {
+                let mut b = rounded(&plausible(s, 6));
+                if (3..6).contains(&s) || s >= 20 {
+                    b.cpu.retain(|r| r.pid != victim);
+                }
+                b
+            })
+            .collect();
+        chain_round_trip(&batches);
+        let mut t: Option<Tables> = None;
+        for b in &batches {
+            t = Some(encode_chained(b, t.as_ref(), &mut Vec::new()).unwrap());
+        }
+        let cpu = t.as_ref().and_then(|t| t.get("cpu")).unwrap();
+        assert!(cpu.age.iter().all(|&a| a <= MAX_AGE));
+        assert!(!cpu.pids.contains(&u64::from(victim)));
+    }
+
     #[test]
     fn fields_it_does_not_know_round_trip() {
         // A later Batch: cgroup and tid on cpu rows, a new table, a new plain field, floats,
@@ -1171,18 +1649,18 @@ mod tests {
         v["mixed"] = json!([{"pid": 1, "x": 1}, {"pid": 2, "y": 2}]);
         v["dups"] = json!([{"pid": 5, "x": -1}, {"pid": 5, "x": 2}, {"pid": 1, "x": 3}]);
         let mut out = Vec::new();
-        let t = encode_value(v.clone(), None, &mut out).unwrap();
-        assert_eq!(decode_value(&out, None, false).unwrap().0, v);
+        let t = encode_value(v.clone(), None, false, &mut out).unwrap();
+        assert_eq!(decode_value(&out, None, false, false).unwrap().0, v);
         // And as a delta against it, with rows gone and new ones.
         let mut w = v.clone();
         w["cpu"].as_array_mut().unwrap().remove(1);
         w["cpu"][0]["cgroup"] = json!(9);
         w["dups"] = json!([{"pid": 5, "x": 4}, {"pid": 6, "x": 2}, {"pid": 5, "x": 3}]);
         let mut out = Vec::new();
-        encode_value(w.clone(), Some(&t), &mut out).unwrap();
-        assert_eq!(decode_value(&out, Some(&t), false).unwrap().0, w);
+        encode_value(w.clone(), Some(&t), false, &mut out).unwrap();
+        assert_eq!(decode_value(&out, Some(&t), false, false).unwrap().0, w);
         // A delta needs its key.
-        assert!(decode_value(&out, None, false).is_err());
+        assert!(decode_value(&out, None, false, false).is_err());
     }
 
     #[test]
@@ -1192,14 +1670,21 @@ mod tests {
         let t = encode(&key, None, &mut kb).unwrap();
         let mut db = Vec::new();
         encode(&rounded(&plausible(2, 25)), Some(&t), &mut db).unwrap();
-        for bytes in [&kb, &db] {
+        // Format 3: a key and a delta after it.
+        let mut k3 = Vec::new();
+        let t3 = encode_chained(&key, None, &mut k3).unwrap();
+        let mut d3 = Vec::new();
+        encode_chained(&rounded(&plausible(2, 25)), Some(&t3), &mut d3).unwrap();
+        for bytes in [&kb, &db, &k3, &d3] {
             for cut in 0..bytes.len() {
                 let _ = decode(&bytes[..cut], Some(&t), false);
+                let _ = decode_chained(&bytes[..cut], Some(&t3));
             }
             for bit in 0..bytes.len() * 8 {
                 let mut b = bytes.clone();
                 b[bit / 8] ^= 1 << (bit % 8);
                 let _ = decode(&b, Some(&t), false);
+                let _ = decode_chained(&b, Some(&t3));
             }
         }
     }
@@ -1269,8 +1754,9 @@ mod tests {
             let k = rounded(&k);
             let d = rounded(&d);
             let (got, t) = round_trip(&k, None);
-            prop_assert_eq!(got, k);
-            prop_assert_eq!(round_trip(&d, Some(&t)).0, d);
+            prop_assert_eq!(&got, &k);
+            prop_assert_eq!(round_trip(&d, Some(&t)).0, d.clone());
+            chain_round_trip(&[k.clone(), d.clone(), k, d]);
         }
     }
 }

@@ -13,13 +13,48 @@ const PROB_ONE: u16 = 1 << PROB_BITS;
 const MOVE_BITS: u32 = 4;
 const TOP: u32 = 1 << 24;
 
-/// One adaptive bit probability (of a 0).
-#[derive(Clone, Copy, Debug)]
-pub struct Bit(u16);
+/// One adaptive bit probability (of a 0), and how many bits it has seen (`FIXED`: it always
+/// moves by 1/16, as in format 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bit(u16, u8);
+
+const FIXED: u8 = u8::MAX;
+
+/// Format 3's probabilities move by 1/2^RATE[n] after their n-th bit (about 1/(n+2), a
+/// running frequency) and then by 1/32 (`RATE`'s last): they learn fast and then hold still.
+const RATE: [u8; 24] = [
+    1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+];
 
 impl Default for Bit {
     fn default() -> Self {
-        Self(PROB_ONE / 2)
+        Self(PROB_ONE / 2, FIXED)
+    }
+}
+
+impl Bit {
+    /// A probability of format 3 (see `RATE`).
+    pub fn counting() -> Self {
+        Self(PROB_ONE / 2, 0)
+    }
+
+    fn update(&mut self, bit: bool) {
+        let shift = if self.1 == FIXED {
+            MOVE_BITS
+        } else {
+            let n = usize::from(self.1);
+            let s = u32::from(RATE[n.min(RATE.len() - 1)]);
+            if n + 1 < RATE.len() {
+                self.1 += 1;
+            }
+            s
+        };
+        // Stays within 1..PROB_ONE: a shift of at least 1 never reaches either end.
+        if bit {
+            self.0 -= self.0 >> shift;
+        } else {
+            self.0 += (PROB_ONE - self.0) >> shift;
+        }
     }
 }
 
@@ -29,7 +64,7 @@ const CLASS_BITS: u32 = 8;
 pub const MAX_CLASS: u32 = 128;
 
 /// An adaptive model of one stream of unsigned integers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IntModel {
     class: [Bit; 1 << CLASS_BITS],
     /// The bit below the leading one, by bit length.
@@ -45,12 +80,24 @@ impl Default for IntModel {
     }
 }
 
+impl IntModel {
+    /// A model of format 3 (its probabilities learn as `Bit::counting`).
+    pub fn counting() -> Self {
+        Self {
+            class: [Bit::counting(); 1 << CLASS_BITS],
+            next: [Bit::counting(); MAX_CLASS as usize + 1],
+        }
+    }
+}
+
 pub struct Encoder {
     low: u64,
     range: u32,
     cache: u8,
     cache_size: u64,
     out: Vec<u8>,
+    /// Bits spent so far, when measured (a developer's measure of where the bytes go).
+    pub cost: Option<f64>,
 }
 
 impl Default for Encoder {
@@ -61,11 +108,20 @@ impl Default for Encoder {
             cache: 0,
             cache_size: 1,
             out: Vec::new(),
+            cost: None,
         }
     }
 }
 
 impl Encoder {
+    /// An encoder that also counts the bits it spends when `measure` is set.
+    pub fn measured(measure: bool) -> Self {
+        Self {
+            cost: measure.then_some(0.0),
+            ..Self::default()
+        }
+    }
+
     fn shift_low(&mut self) {
         if (self.low as u32) < 0xFF00_0000 || (self.low >> 32) != 0 {
             let carry = (self.low >> 32) as u8;
@@ -92,20 +148,26 @@ impl Encoder {
     }
 
     pub fn bit(&mut self, p: &mut Bit, bit: bool) {
+        if let Some(c) = &mut self.cost {
+            let p0 = f64::from(p.0) / f64::from(PROB_ONE);
+            *c -= if bit { (1.0 - p0).log2() } else { p0.log2() };
+        }
         let bound = (self.range >> PROB_BITS) * u32::from(p.0);
         if bit {
             self.low += u64::from(bound);
             self.range -= bound;
-            p.0 -= p.0 >> MOVE_BITS;
         } else {
             self.range = bound;
-            p.0 += (PROB_ONE - p.0) >> MOVE_BITS;
         }
+        p.update(bit);
         self.normalize();
     }
 
     /// The low `n` bits of `v`, each with probability one half.
     fn direct(&mut self, v: u128, n: u32) {
+        if let Some(c) = &mut self.cost {
+            *c += f64::from(n);
+        }
         for i in (0..n).rev() {
             self.range >>= 1;
             if (v >> i) & 1 == 1 {
@@ -184,14 +246,13 @@ impl<'a> Decoder<'a> {
         let bound = (self.range >> PROB_BITS) * u32::from(p.0);
         let b = if self.code < bound {
             self.range = bound;
-            p.0 += (PROB_ONE - p.0) >> MOVE_BITS;
             false
         } else {
             self.code -= bound;
             self.range -= bound;
-            p.0 -= p.0 >> MOVE_BITS;
             true
         };
+        p.update(b);
         self.normalize();
         b
     }

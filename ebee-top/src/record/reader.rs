@@ -1,8 +1,10 @@
 //! Reading a recording, trusting nothing in it. Opening scans every record once: heads and
 //! payloads are checked against their CRCs, damaged stretches are skipped up to the next head
 //! that checks out, and a file that ends inside a record says where. What is left is an index
-//! of good records; any of them decodes with at most one other (its key). No length field is
-//! believed before it is checked against its limit and against the bytes the file holds.
+//! of good records. A record of format 1 or 2 decodes with at most one other (its key); a
+//! delta of format 3 needs its key and every record between, so a format 3 delta is good only
+//! when the record before it is. No length field is believed before it is checked against its
+//! limit and against the bytes the file holds.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,7 +14,8 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use super::RecordError;
-use super::codec::{CodecError, Decoder, KeyDict, parse};
+use super::codec::{CodecError, Decoder, KeyDict, parse, parse_chained};
+use super::columns::Tables;
 use super::format::{
     HeadError, KIND_DELTA, KIND_KEY, Meta, PREAMBLE_LEN, PreambleError, RECORD_HEAD_LEN,
     RecordHead, SYNC, crc32, decode_meta, decode_preamble,
@@ -36,6 +39,8 @@ pub enum Damage {
     BadChecksum { at: u64, seq: u64 },
     /// A delta whose key record is missing or damaged was skipped.
     NoKey { at: u64, seq: u64 },
+    /// A format 3 delta whose previous record is missing or damaged was skipped.
+    NoPrevious { at: u64, seq: u64 },
     /// A record of a kind this version does not know was skipped.
     UnknownKind { at: u64, kind: u8 },
     /// The file ends inside the record starting here.
@@ -57,6 +62,10 @@ impl fmt::Display for Damage {
             Damage::NoKey { at, seq } => write!(
                 f,
                 "interval #{seq} at byte {at} depends on a damaged key record; skipped"
+            ),
+            Damage::NoPrevious { at, seq } => write!(
+                f,
+                "interval #{seq} at byte {at} depends on a damaged interval before it; skipped"
             ),
             Damage::UnknownKind { at, kind } => {
                 write!(f, "record of unknown kind {kind} at byte {at} skipped")
@@ -95,6 +104,8 @@ pub struct Reader<R> {
     damage: Vec<Damage>,
     dec: Decoder,
     key: Option<KeyDict>,
+    /// Format 3: the entry last decoded and its tables (what the next delta is coded against).
+    chain: Option<(usize, Tables)>,
     buf: Vec<u8>,
 }
 
@@ -175,6 +186,7 @@ impl<R: Read + Seek> Reader<R> {
             damage: Vec::new(),
             dec: Decoder::new().map_err(|e| RecordError::io_other("starting the decoder", e))?,
             key: None,
+            chain: None,
             buf: Vec::new(),
         };
         r.index(meta_end).map_err(io)?;
@@ -232,6 +244,20 @@ impl<R: Read + Seek> Reader<R> {
                     KIND_KEY if head.key_offset == pos => {
                         keys.insert(pos, ());
                         self.entries.push(Entry { offset: pos, head });
+                    }
+                    // Format 3: the record before must be good and of the same key.
+                    KIND_DELTA
+                        if self.version >= 3
+                            && keys.contains_key(&head.key_offset)
+                            && !self.entries.last().is_some_and(|p| {
+                                p.offset + p.head.total_len() == pos
+                                    && p.head.key_offset == head.key_offset
+                            }) =>
+                    {
+                        self.damage.push(Damage::NoPrevious {
+                            at: pos,
+                            seq: head.seq,
+                        });
                     }
                     KIND_DELTA if keys.contains_key(&head.key_offset) => {
                         self.entries.push(Entry { offset: pos, head });
@@ -353,12 +379,57 @@ impl<R: Read + Seek> Reader<R> {
         if i >= self.entries.len() {
             return Err(FrameError::OutOfRange(i));
         }
+        if self.version >= 3 {
+            return self.read_chained(i);
+        }
         let raw = self.raw(i)?;
         let key = match self.entries[i].head.kind {
             KIND_KEY => None,
             _ => Some(self.key.as_ref().ok_or(FrameError::NoKey)?),
         };
         Ok(parse(&raw, self.version, key)?)
+    }
+
+    /// Format 3: decode record `i` from the nearest record before it whose tables are held
+    /// (the one decoded last, when it is of the same key and before `i`), else from its key.
+    /// Reading forwards decodes each record once.
+    fn read_chained(&mut self, i: usize) -> Result<Batch, FrameError> {
+        let e = self.entries[i];
+        let key_ix = if e.head.kind == KIND_KEY {
+            i
+        } else {
+            self.entries
+                .binary_search_by_key(&e.head.key_offset, |x| x.offset)
+                .map_err(|_| FrameError::NoKey)?
+        };
+        // Indexing kept a delta only after the record before it: key_ix..=i are one chain.
+        let start = match &self.chain {
+            Some((j, _)) if *j >= key_ix && *j < i => *j + 1,
+            _ => {
+                self.chain = None;
+                key_ix
+            }
+        };
+        let mut last = None;
+        for j in start..=i {
+            let raw = self.raw(j)?;
+            let prev = match (j == key_ix, &self.chain) {
+                (true, _) => None,
+                (false, Some((_, t))) => Some(t),
+                (false, None) => return Err(FrameError::NoKey),
+            };
+            let r = parse_chained(&raw, prev);
+            let (b, t) = match r {
+                Ok(x) => x,
+                Err(err) => {
+                    self.chain = None;
+                    return Err(err.into());
+                }
+            };
+            self.chain = Some((j, t));
+            last = Some(b);
+        }
+        last.ok_or(FrameError::OutOfRange(i))
     }
 
     /// Index of the first record at or after wall-clock time `t_ms` (`len()` if none).

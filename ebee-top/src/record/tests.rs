@@ -152,6 +152,29 @@ fn the_committed_format_1_file_reads() {
 }
 
 #[test]
+fn the_committed_format_2_file_reads() {
+    // Written by the format 2 writer (before format 3): build::plausible(1..=110, 12) with
+    // per-process times rounded to the µs, through `Writer` (a key at 0 and at 100, deltas
+    // coded against their key). Never regenerate it: it stands for the files written then.
+    let bytes = include_bytes!("testdata/v2-plausible-110.ebr");
+    let mut r = reader::from_bytes(bytes).unwrap();
+    assert_eq!(r.version(), 2);
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    let want: Vec<Batch> = (1..=110).map(|s| plausible(s, 12)).collect();
+    assert_eq!(all(&mut r), want);
+    let keys = r
+        .entries()
+        .iter()
+        .filter(|e| e.head.kind == format::KIND_KEY)
+        .count();
+    assert!(keys >= 2, "{keys} key records");
+    // Random access too (a delta read before its key).
+    for i in [109, 0, 100, 99, 5] {
+        assert_eq!(r.read(i).unwrap(), want[i]);
+    }
+}
+
+#[test]
 fn files_are_0600_and_never_overwritten_without_force() {
     let (_d, path, _) = record(&[plausible(1, 3)]);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
@@ -284,8 +307,12 @@ fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
     let (_d, _, bytes) = record(&batches);
     let r = reader::from_bytes(&bytes).unwrap();
     let entries = r.entries().to_vec();
-    // Damage the payload of a delta (the 4th record) and of the first key.
-    for (victim, lost) in [(3usize, vec![3usize]), (0, (0..10).collect())] {
+    // Damage the payload of a delta (the 4th record) and of the first key. In format 3 a
+    // delta is coded against the record before it: the rest of its key group goes with it.
+    for (victim, lost) in [
+        (3usize, (3..10).collect::<Vec<_>>()),
+        (0, (0..10).collect()),
+    ] {
         let mut b = bytes.clone();
         let at = entries[victim].offset as usize + RECORD_HEAD_LEN + 5;
         b[at] ^= 0x40;
@@ -298,8 +325,46 @@ fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
         assert!(
             matches!(r.damage()[0], Damage::BadChecksum { seq, .. } if seq == batches[victim].seq)
         );
-        // Deltas of a damaged key are named too.
+        // Deltas of a damaged key or after a damaged delta are named too.
         assert_eq!(r.damage().len(), lost.len());
+        if victim == 3 {
+            assert!(
+                matches!(r.damage()[1], Damage::NoPrevious { seq, .. } if seq == batches[4].seq)
+            );
+            assert!(
+                r.damage()[1]
+                    .to_string()
+                    .contains("damaged interval before it")
+            );
+        }
+    }
+}
+
+#[test]
+fn format_3_reads_in_any_order_and_from_a_new_key_after_damage() {
+    // Key spacing of 7 through the encoder: damage in the second group costs the rest of that
+    // group only; the third group reads whole, in any order.
+    let batches: Vec<Batch> = (1..=20).map(|s| plausible(s, 8)).collect();
+    let mut bytes = format::encode_header(&meta());
+    let mut enc = Encoder::with_params(super::codec::LEVEL, 7).unwrap();
+    assert_eq!(enc.version(), 3);
+    let mut offsets = Vec::new();
+    for b in &batches {
+        let (head, payload) = enc.encode(b, bytes.len() as u64).unwrap();
+        offsets.push(bytes.len());
+        bytes.extend_from_slice(&head.encode());
+        bytes.extend_from_slice(&payload);
+    }
+    let mut r = reader::from_bytes(&bytes).unwrap();
+    for i in [19, 3, 0, 13, 14, 7, 6, 8, 2] {
+        assert_eq!(r.read(i).unwrap(), batches[i], "record {i}");
+    }
+    bytes[offsets[9] + RECORD_HEAD_LEN + 3] ^= 0x10;
+    let mut r = reader::from_bytes(&bytes).unwrap();
+    let kept: Vec<usize> = (0..9).chain(14..20).collect();
+    assert_eq!(r.len(), kept.len());
+    for (i, &k) in kept.iter().enumerate().rev() {
+        assert_eq!(r.read(i).unwrap(), batches[k], "record {k}");
     }
 }
 
@@ -313,15 +378,15 @@ fn a_damaged_record_head_is_skipped_by_finding_the_next_one() {
     // A length field: believed, it would swallow the rest of the file.
     b[e.offset as usize + 10] ^= 0xff;
     let mut r = reader::from_bytes(&b).unwrap();
-    let want: Vec<Batch> = [0, 1, 3, 4, 5]
-        .iter()
-        .map(|&i| batches[i].clone())
-        .collect();
+    // Format 3: the deltas after it were coded against it, so they go too.
+    let want: Vec<Batch> = [0, 1].iter().map(|&i| batches[i].clone()).collect();
     assert_eq!(all(&mut r), want);
     assert!(matches!(
         r.damage(),
-        [Damage::Garbage { at, len }] if *at == e.offset && *len == e.head.total_len()
+        [Damage::Garbage { at, len }, Damage::NoPrevious { .. }, ..]
+            if *at == e.offset && *len == e.head.total_len()
     ));
+    assert_eq!(r.damage().len(), 4);
 }
 
 #[test]

@@ -26,6 +26,12 @@ fn ebee_top_record(file: &std::path::Path, n: u64, delay_s: f64) -> Result<()> {
     Ok(())
 }
 
+/// The zstd level ebee-top records with (ebee-top's `record::codec::LEVEL`; xtask does not
+/// link ebee-top).
+fn ebee_top_level() -> i32 {
+    9
+}
+
 pub fn run(seconds: u64) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("ebee-bench-record-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -52,8 +58,9 @@ pub fn run(seconds: u64) -> Result<()> {
          hour. Encode and decode times are per interval, measured by re-encoding and decoding \
          the same intervals in one thread (`ebee-bench record-stats`); the recorder does the \
          encoding on its own thread, off the drain and UI loops. Format 1 (the Batch's JSON \
-         under zstd, what ebee-top wrote before format 2) is measured by re-encoding the same \
-         intervals with the encoder kept for that.\n"
+         under zstd, what ebee-top wrote before format 2) and format 2 (columns coded against \
+         the key record, what ebee-top wrote before format 3) are measured by re-encoding the \
+         same intervals with the encoders kept for that.\n"
     )?;
     table_head(
         &mut body,
@@ -67,6 +74,7 @@ pub fn run(seconds: u64) -> Result<()> {
             "bytes per interval",
             "**MB per hour**",
             "format 1, MB per hour",
+            "format 2, MB per hour",
             "encode",
             "decode",
         ],
@@ -87,13 +95,14 @@ pub fn run(seconds: u64) -> Result<()> {
             let hour = |bytes: f64| bytes / f("mean_interval_ms").max(1e-9) * 3600.0 * 1000.0 / 1e6;
             writeln!(
                 body,
-                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | {:.0} | **{per_hour:.0}** | {:.0} | {:.0} µs | {:.0} µs |",
+                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | {:.0} | **{per_hour:.0}** | {:.0} | {:.0} | {:.0} µs | {:.0} µs |",
                 f("processes_per_interval"),
                 f("raw_bytes_per_interval") / 1000.0,
                 f("key_bytes") / 1000.0,
                 f("delta_bytes") / 1000.0,
                 f("file_bytes") / f("intervals").max(1.0),
                 hour(f("v1_bytes_per_interval")),
+                hour(f("v2_bytes_per_interval")),
                 f("encode_us"),
                 f("decode_us"),
             )?;
@@ -112,8 +121,8 @@ pub fn run(seconds: u64) -> Result<()> {
         &mut body,
         &[
             "workload",
-            "format 2",
-            "format 2, no wait table",
+            "format 3",
+            "format 3, no wait table",
             "format 1",
             "format 1, no wait table",
         ],
@@ -135,10 +144,11 @@ pub fn run(seconds: u64) -> Result<()> {
     }
     writeln!(
         body,
-        "\nFormat 2 with other zstd levels and key spacing (key every 1 = every record coded \
+        "\nFormat 3 with other zstd levels and key spacing (key every 1 = every record coded \
          alone; the default is level {} with a key at least every {} records). Bytes per \
          interval, and encode time:\n",
-        3, 100
+        ebee_top_level(),
+        100
     )?;
     table_head(
         &mut body,

@@ -1,6 +1,7 @@
 //! `record-stats`: size and cost of a recording. Reads a file back and reports bytes per
 //! interval (key and delta records), raw payload bytes, decode and encode time per interval,
-//! the same intervals re-encoded in format 1 (JSON), losslessly and without the wait table,
+//! the same intervals re-encoded in format 1 (JSON) and format 2, losslessly and without the
+//! wait table,
 //! and a sweep of zstd levels and key spacing re-encoding the same intervals.
 
 use std::time::Instant;
@@ -63,6 +64,8 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
     // The same intervals in format 1 (JSON), in format 2 keeping every ns, and in format 2
     // without the run-queue wait table (the Batch as it was when format 1 was measured first).
     let (v1_bytes, v1_us) = encode_with(Encoder::v1(3, 100)?, &batches)?;
+    // And in format 2 (deltas against their key only, zstd level 3), as written before format 3.
+    let (v2_bytes, v2_us) = encode_with(Encoder::v2(3, 100)?, &batches)?;
     let (lossless_bytes, _) = encode_with(Encoder::new()?.lossless(), &batches)?;
     let no_wait: Vec<_> = batches
         .iter()
@@ -105,6 +108,8 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
         "reencoded_key_records": rekeys,
         "v1_bytes_per_interval": v1_bytes,
         "v1_encode_us": v1_us,
+        "v2_bytes_per_interval": v2_bytes,
+        "v2_encode_us": v2_us,
         "lossless_bytes_per_interval": lossless_bytes,
         "no_wait_bytes_per_interval": no_wait_bytes,
         "v1_no_wait_bytes_per_interval": v1_no_wait_bytes,
