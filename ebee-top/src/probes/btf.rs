@@ -293,20 +293,7 @@ impl Btf {
                 types.extend_from_slice(&w.to_le_bytes());
             }
         }
-        let mut blob = Vec::with_capacity(24 + types.len() + strings.len());
-        blob.extend_from_slice(&[0x9f, 0xeb, 1, 0]);
-        for w in [
-            24,
-            0,
-            types.len() as u32,
-            types.len() as u32,
-            strings.len() as u32,
-        ] {
-            blob.extend_from_slice(&w.to_le_bytes());
-        }
-        blob.extend_from_slice(&types);
-        blob.extend_from_slice(&strings);
-        blob
+        assemble(&types, &strings)
     }
 
     /// The type id of the `btf_trace_<tp>` typedef (tests).
@@ -314,6 +301,25 @@ impl Btf {
     fn tracepoint_id(&self, tp: &str) -> Option<u32> {
         self.id(&format!("btf_trace_{tp}"), KIND_TYPEDEF)
     }
+}
+
+/// A BTF blob: the 24-byte header (magic, version 1, no flags), then the type and string
+/// sections as given.
+fn assemble(types: &[u8], strings: &[u8]) -> Vec<u8> {
+    let mut blob = Vec::with_capacity(24 + types.len() + strings.len());
+    blob.extend_from_slice(&[0x9f, 0xeb, 1, 0]);
+    for w in [
+        24,
+        0,
+        types.len() as u32,
+        types.len() as u32,
+        strings.len() as u32,
+    ] {
+        blob.extend_from_slice(&w.to_le_bytes());
+    }
+    blob.extend_from_slice(types);
+    blob.extend_from_slice(strings);
+    blob
 }
 
 /// aya's view of the kernel's BTF for loading tp_btf programs: a
@@ -398,18 +404,7 @@ mod tests {
         ] {
             types.extend_from_slice(&w.to_le_bytes());
         }
-        let mut blob = vec![0x9f, 0xeb, 1, 0];
-        for w in [
-            24,
-            0,
-            types.len() as u32,
-            types.len() as u32,
-            strings.len() as u32,
-        ] {
-            blob.extend_from_slice(&w.to_le_bytes());
-        }
-        blob.extend_from_slice(&types);
-        blob.extend_from_slice(&strings);
+        let blob = assemble(&types, &strings);
         let btf = Btf::parse(&blob).unwrap();
         assert_eq!(btf.member_offset("s", "m").unwrap(), 4);
         assert_eq!(btf.struct_size("s").unwrap(), 8);

@@ -11,6 +11,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use serde_json::{Map, Number, Value};
 
@@ -49,6 +50,36 @@ const ORDER_EXPLICIT: u8 = 2;
 
 fn bad(why: &'static str) -> CodecError {
     CodecError::Columns(why)
+}
+
+/// The `n` models named `key` in `map`, grown with `fresh` ones; past `MAX_MODELS` models in
+/// all (`size`), a new name gets `scratch`, fresh each time and not kept.
+fn named<'a, T: Clone>(
+    map: &'a mut HashMap<String, Vec<T>>,
+    scratch: &'a mut Vec<T>,
+    size: &mut usize,
+    key: String,
+    n: usize,
+    fresh: T,
+) -> &'a mut [T] {
+    let fits = *size + n <= MAX_MODELS;
+    match map.entry(key) {
+        Entry::Occupied(e) => {
+            let v = e.into_mut();
+            if v.len() < n {
+                v.resize(n, fresh);
+            }
+            v
+        }
+        Entry::Vacant(e) if fits => {
+            *size += n;
+            e.insert(vec![fresh; n])
+        }
+        Entry::Vacant(_) => {
+            *scratch = vec![fresh; n];
+            scratch
+        }
+    }
 }
 
 /// One table, rows sorted by pid (ties in their original order).
@@ -125,48 +156,28 @@ impl Models {
 
     /// The `n` integer models named `key` (fresh ones past `MAX_MODELS`).
     fn ints(&mut self, key: String, n: usize) -> &mut [IntModel] {
-        let fits = self.size + n <= MAX_MODELS;
         let fresh = self.int_model();
-        match self.ints.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                let v = e.into_mut();
-                if v.len() < n {
-                    v.resize(n, fresh);
-                }
-                v
-            }
-            std::collections::hash_map::Entry::Vacant(e) if fits => {
-                self.size += n;
-                e.insert(vec![fresh; n])
-            }
-            std::collections::hash_map::Entry::Vacant(_) => {
-                self.scratch = vec![fresh; n];
-                &mut self.scratch
-            }
-        }
+        named(
+            &mut self.ints,
+            &mut self.scratch,
+            &mut self.size,
+            key,
+            n,
+            fresh,
+        )
     }
 
     /// The `n` bit probabilities named `key`.
     fn bits(&mut self, key: String, n: usize) -> &mut [Bit] {
-        let fits = self.size + n <= MAX_MODELS;
         let fresh = self.bit_model();
-        match self.bits.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => {
-                let v = e.into_mut();
-                if v.len() < n {
-                    v.resize(n, fresh);
-                }
-                v
-            }
-            std::collections::hash_map::Entry::Vacant(e) if fits => {
-                self.size += n;
-                e.insert(vec![fresh; n])
-            }
-            std::collections::hash_map::Entry::Vacant(_) => {
-                self.scratch_bits = vec![fresh; n];
-                &mut self.scratch_bits
-            }
-        }
+        named(
+            &mut self.bits,
+            &mut self.scratch_bits,
+            &mut self.size,
+            key,
+            n,
+            fresh,
+        )
     }
 }
 
