@@ -40,7 +40,8 @@ fn zerr(code: usize) -> CodecError {
 /// The last key record the encoder wrote.
 struct Key {
     offset: u64,
-    dict: CDict<'static>,
+    /// Formats 2 and 3: its payload, the zstd dictionary of its deltas.
+    dict: Option<CDict<'static>>,
     compressed: usize,
     /// Format 2: its tables, what deltas are coded against.
     tables: Option<Tables>,
@@ -52,6 +53,8 @@ pub struct Encoder {
     key: Option<Key>,
     /// Format 3: the tables of the record just encoded, what the next delta is coded against.
     prev: Option<Tables>,
+    /// Format 4: that record's decompressed payload, the next delta's zstd dictionary.
+    prev_raw: Vec<u8>,
     since_key: u32,
     key_every: u32,
     level: i32,
@@ -82,6 +85,13 @@ impl Encoder {
         Self::for_version(2, level, key_every)
     }
 
+    /// An encoder of format 3 (deltas against the record before, zigzagged integers, the key
+    /// as every delta's zstd dictionary): to measure against and to test that files written
+    /// before still read. The writer never uses it.
+    pub fn v3(level: i32, key_every: u32) -> Result<Self, CodecError> {
+        Self::for_version(3, level, key_every)
+    }
+
     fn for_version(version: u16, level: i32, key_every: u32) -> Result<Self, CodecError> {
         let mut cctx = CCtx::try_create().ok_or(CodecError::Zstd("out of memory"))?;
         cctx.set_parameter(CParameter::CompressionLevel(level))
@@ -94,6 +104,7 @@ impl Encoder {
             cctx,
             key: None,
             prev: None,
+            prev_raw: Vec::new(),
             since_key: 0,
             key_every: key_every.max(1),
             level,
@@ -127,6 +138,7 @@ impl Encoder {
             self.since_key < self.key_every && (self.version < 3 || self.prev.is_some())
         });
         let mut tables = None;
+        let mut chained = None;
         let raw = if self.version == 1 {
             serde_json::to_vec(b).map_err(|e| CodecError::Json(e.to_string()))?
         } else {
@@ -145,9 +157,14 @@ impl Encoder {
                 } else {
                     None
                 };
-                self.prev = None;
-                // On an error `prev` stays None: the next record is a key.
-                self.prev = Some(columns::encode_chained(b, prev.as_ref(), &mut raw)?);
+                // Kept only once the whole record is made: on an error `prev` stays None
+                // and the next record is a key.
+                chained = Some(columns::encode_chained(
+                    b,
+                    prev.as_ref(),
+                    self.version,
+                    &mut raw,
+                )?);
             } else {
                 tables = Some(columns::encode(b, reference, &mut raw)?);
             }
@@ -158,9 +175,23 @@ impl Encoder {
         }
         let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.len()));
         let (kind, key_offset) = match delta {
+            Some(k) if self.version >= 4 => {
+                // The record before as a raw-content dictionary (its first byte is the range
+                // coder's first byte, always 0, so zstd never takes it for a dictionary of
+                // its own format). Loaded for this frame only.
+                self.cctx.load_dictionary(&self.prev_raw).map_err(zerr)?;
+                let r = self.cctx.compress2(&mut out, &raw);
+                self.cctx.load_dictionary(&[]).map_err(zerr)?;
+                r.map_err(zerr)?;
+                (KIND_DELTA, k.offset)
+            }
             Some(k) => {
+                let dict = k
+                    .dict
+                    .as_ref()
+                    .ok_or(CodecError::Zstd("no key dictionary"))?;
                 self.cctx
-                    .compress_using_cdict(&mut out, &raw, &k.dict)
+                    .compress_using_cdict(&mut out, &raw, dict)
                     .map_err(zerr)?;
                 (KIND_DELTA, k.offset)
             }
@@ -179,8 +210,11 @@ impl Encoder {
             out.len() as f64,
         );
         if kind == KIND_KEY {
-            let dict =
-                CDict::try_create(&raw, self.level).ok_or(CodecError::Zstd("out of memory"))?;
+            let dict = if self.version >= 4 {
+                None
+            } else {
+                Some(CDict::try_create(&raw, self.level).ok_or(CodecError::Zstd("out of memory"))?)
+            };
             self.key = Some(Key {
                 offset,
                 dict,
@@ -197,11 +231,18 @@ impl Encoder {
                 self.since_key = self.key_every;
             }
         }
+        let raw_len = raw.len() as u32;
+        if chained.is_some() {
+            self.prev = chained;
+            if self.version >= 4 {
+                self.prev_raw = raw;
+            }
+        }
         let head = RecordHead {
             kind,
             flags: 0,
             payload_len: out.len() as u32,
-            raw_len: raw.len() as u32,
+            raw_len,
             seq: b.seq,
             t_ms: b.t_ms,
             key_offset,
@@ -251,11 +292,31 @@ impl Decoder {
         Ok(out)
     }
 
+    /// Decompress a format 4 delta's payload, whose dictionary is `prev`: the decompressed
+    /// payload of the record before it.
+    pub fn decompress_after(
+        &mut self,
+        payload: &[u8],
+        raw_len: u32,
+        prev: &[u8],
+    ) -> Result<Vec<u8>, CodecError> {
+        let want = raw_len.min(MAX_RAW_LEN);
+        let mut out = Vec::with_capacity(want as usize);
+        self.dctx.load_dictionary(prev).map_err(zerr)?;
+        let r = self.dctx.decompress(&mut out, payload);
+        self.dctx.load_dictionary(&[]).map_err(zerr)?;
+        let got = r.map_err(zerr)?;
+        if got != raw_len as usize {
+            return Err(CodecError::Length { got, want: raw_len });
+        }
+        Ok(out)
+    }
+
     /// Prepare a key record's bytes (of format `version`) as the reference of its deltas.
     pub fn key_dict(&self, offset: u64, raw: &[u8], version: u16) -> Result<KeyDict, CodecError> {
         let tables = match version {
-            // Format 3 decodes its key as the first link of a chain (`parse_chained`).
-            1 | 3 => None,
+            // Formats 3 and 4 decode a key as the first link of a chain (`parse_chained`).
+            1 | 3 | 4 => None,
             2 => columns::decode(raw, None, true)?.1,
             v => return Err(CodecError::Version(v)),
         };
@@ -288,10 +349,15 @@ pub fn parse(raw: &[u8], version: u16, key: Option<&KeyDict>) -> Result<Batch, C
     }
 }
 
-/// Parse a decompressed payload of format 3: a key record (`prev` None), or a delta coded
-/// against the tables of the record before it. Returns the tables the next delta needs.
-pub fn parse_chained(raw: &[u8], prev: Option<&Tables>) -> Result<(Batch, Tables), CodecError> {
-    match columns::decode_chained(raw, prev)? {
+/// Parse a decompressed payload of format 3 or 4 (`version`): a key record (`prev` None), or
+/// a delta coded against the tables of the record before it. Returns the tables the next delta
+/// needs.
+pub fn parse_chained(
+    raw: &[u8],
+    prev: Option<&Tables>,
+    version: u16,
+) -> Result<(Batch, Tables), CodecError> {
+    match columns::decode_chained(raw, prev, version)? {
         (b, Some(t)) => Ok((b, t)),
         _ => Err(CodecError::Columns("no tables kept")),
     }

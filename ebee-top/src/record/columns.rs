@@ -67,6 +67,13 @@ fn named<'a, T: Clone>(
         Entry::Occupied(e) => {
             let v = e.into_mut();
             if v.len() < n {
+                // Growth counts toward the bound like a new name.
+                let more = n - v.len();
+                if *size + more > MAX_MODELS {
+                    *scratch = vec![fresh; n];
+                    return scratch;
+                }
+                *size += more;
                 v.resize(n, fresh);
             }
             v
@@ -288,14 +295,6 @@ fn int_list(v: &Value) -> Option<Vec<i128>> {
     }
 }
 
-fn zigzag(x: i128) -> u128 {
-    ((x << 1) ^ (x >> 127)) as u128
-}
-
-fn unzigzag(u: u128) -> i128 {
-    ((u >> 1) as i128) ^ -((u & 1) as i128)
-}
-
 /// `p` rounded to the nearest multiple of `d` (halves up); None on overflow.
 fn snap(p: i128, d: i128) -> Option<i128> {
     if d == 1 {
@@ -394,8 +393,10 @@ struct Out {
     bytes: Vec<u8>,
     rc: rc::Encoder,
     ms: Models,
-    /// Format 3 (models carried from record to record, richer contexts).
+    /// Format 3 and later (models carried from record to record, richer contexts).
     chain: bool,
+    /// Format 4: signed integers as magnitude and adaptive sign (`rc::Encoder::signed`).
+    sm: bool,
 }
 
 impl Out {
@@ -411,6 +412,7 @@ struct In<'a> {
     rc: rc::Decoder<'a>,
     ms: Models,
     chain: bool,
+    sm: bool,
 }
 
 impl In<'_> {
@@ -443,27 +445,29 @@ pub fn encode(
     out: &mut Vec<u8>,
 ) -> Result<Tables, CodecError> {
     let v = serde_json::to_value(b).map_err(|e| CodecError::Json(e.to_string()))?;
-    encode_value(v, reference, false, out)
+    encode_value(v, reference, 2, out)
 }
 
-/// Encode `b` in format 3: a key record (`prev` None) or a delta against the record before
-/// (its returned tables). Returns what the next delta is coded against.
+/// Encode `b` in format 3 or 4 (`version`): a key record (`prev` None) or a delta against the
+/// record before (its returned tables). Returns what the next delta is coded against.
 pub fn encode_chained(
     b: &Batch,
     prev: Option<&Tables>,
+    version: u16,
     out: &mut Vec<u8>,
 ) -> Result<Tables, CodecError> {
     let v = serde_json::to_value(b).map_err(|e| CodecError::Json(e.to_string()))?;
-    encode_value(v, prev, true, out)
+    encode_value(v, prev, version, out)
 }
 
-/// Encode a Batch's serde value (any JSON object); `chain`: format 3, else 2.
+/// Encode a Batch's serde value (any JSON object) in format `version` (2, 3 or 4).
 pub fn encode_value(
     v: Value,
     reference: Option<&Tables>,
-    chain: bool,
+    version: u16,
     out: &mut Vec<u8>,
 ) -> Result<Tables, CodecError> {
+    let chain = version >= 3;
     let Value::Object(mut rest) = v else {
         return Err(CodecError::Json("a batch is not a JSON object".into()));
     };
@@ -481,6 +485,7 @@ pub fn encode_value(
             _ => Models::new(chain),
         },
         chain,
+        sm: version >= 4,
     };
     let mut tables = Vec::with_capacity(names.len());
     put_varint(&mut o.bytes, names.len() as u128);
@@ -513,7 +518,7 @@ pub fn encode_value(
     let ms = o.ms.ints("/skeleton".into(), nm);
     for (k, x) in ints.iter().enumerate() {
         let p = keyints.map_or(0, |r| r[k]);
-        o.rc.int(&mut ms[k.min(nm - 1)], zigzag(x - p));
+        o.rc.signed(&mut ms[k.min(nm - 1)], x - p, o.sm);
     }
     stat(|| "rc skeleton ints".into(), o.cost() - c0);
     stat(|| "raw skeleton json".into(), json.len() as f64);
@@ -736,7 +741,11 @@ fn encode_table(
     });
 
     put_str(&mut o.bytes, &name);
-    put_varint(&mut o.bytes, pids.len() as u128);
+    // Format 4 codes the row count in `rc` (below), where it costs bits, not a byte that
+    // breaks zstd's match with the record before.
+    if !o.sm {
+        put_varint(&mut o.bytes, pids.len() as u128);
+    }
     let c0 = o.cost();
     let refs = match reft {
         Some(r) => {
@@ -745,6 +754,10 @@ fn encode_table(
             let p = o.ms.bits(format!("{name}/present"), AGE_CTX);
             for (j, u) in used.into_iter().enumerate() {
                 o.rc.bit(&mut p[age_ctx(r, j)], u);
+            }
+            if o.sm {
+                let new = refs.iter().filter(|r| r.is_none()).count();
+                o.rc.int(&mut o.ms.ints(format!("{name}/new"), 1)[0], new as u128);
             }
             let m = &mut o.ms.ints(format!("{name}/pid"), 1)[0];
             let mut prev = 0;
@@ -758,6 +771,12 @@ fn encode_table(
         }
         None => {
             o.bytes.push(0);
+            if o.sm {
+                o.rc.int(
+                    &mut o.ms.ints(format!("{name}/rows"), 1)[0],
+                    pids.len() as u128,
+                );
+            }
             let m = &mut o.ms.ints(format!("{name}/pid"), 1)[0];
             let mut prev = 0;
             for &pid in &pids {
@@ -798,7 +817,7 @@ fn encode_table(
                     for (i, x) in v.iter().enumerate() {
                         let y = x / d;
                         let ctx = list_ctx(o.chain, before, rl, i);
-                        o.rc.int(&mut elems[ctx], zigzag(y));
+                        o.rc.signed(&mut elems[ctx], y, o.sm);
                         before = Some(y);
                     }
                 }
@@ -969,10 +988,27 @@ fn encode_ints(
         else {
             continue;
         };
-        let cost: u64 = diffs
-            .iter()
-            .map(|x| u64::from(128 - zigzag(*x).leading_zeros()) + 2)
-            .sum();
+        let cost = if o.sm {
+            // Magnitudes, and the signs at about their entropy.
+            let (mut bits, mut nz, mut neg) = (0u64, 0u64, 0u64);
+            for x in &diffs {
+                bits += u64::from(128 - x.unsigned_abs().leading_zeros()) + 2;
+                nz += u64::from(*x != 0);
+                neg += u64::from(*x < 0);
+            }
+            let p = neg as f64 / nz.max(1) as f64;
+            let h = if p <= 0.0 || p >= 1.0 {
+                0.0
+            } else {
+                -(p * p.log2() + (1.0 - p) * (1.0 - p).log2())
+            };
+            bits + (h * nz as f64).ceil() as u64
+        } else {
+            diffs
+                .iter()
+                .map(|x| u64::from(128 - rc::zigzag(*x).leading_zeros()) + 2)
+                .sum()
+        };
         if best.as_ref().is_none_or(|b| cost < b.0) {
             best = Some((cost, code, diffs));
         }
@@ -982,7 +1018,7 @@ fn encode_ints(
     put_varint(&mut o.bytes, d as u128);
     let m = &mut o.ms.ints(format!("{key}/{code}"), 1)[0];
     for x in diffs {
-        o.rc.int(m, zigzag(x));
+        o.rc.signed(m, x, o.sm);
     }
     Ok(())
 }
@@ -1125,7 +1161,7 @@ pub fn decode(
     reference: Option<&Tables>,
     keep: bool,
 ) -> Result<(Batch, Option<Tables>), CodecError> {
-    let (v, t) = decode_value(bytes, reference, keep, false)?;
+    let (v, t) = decode_value(bytes, reference, keep, 2)?;
     let b = serde_json::from_value(v).map_err(|e| CodecError::Json(e.to_string()))?;
     Ok((b, t))
 }
@@ -1135,8 +1171,9 @@ pub fn decode(
 pub fn decode_chained(
     bytes: &[u8],
     prev: Option<&Tables>,
+    version: u16,
 ) -> Result<(Batch, Option<Tables>), CodecError> {
-    let (v, t) = decode_value(bytes, prev, true, true)?;
+    let (v, t) = decode_value(bytes, prev, true, version)?;
     let b = serde_json::from_value(v).map_err(|e| CodecError::Json(e.to_string()))?;
     Ok((b, t))
 }
@@ -1146,8 +1183,9 @@ pub fn decode_value(
     bytes: &[u8],
     reference: Option<&Tables>,
     keep: bool,
-    chain: bool,
+    version: u16,
 ) -> Result<(Value, Option<Tables>), CodecError> {
+    let chain = version >= 3;
     let mut inp = Input { b: bytes, at: 0 };
     let rc_len = inp.count(0, bytes.len())?;
     let rc_bytes = inp.bytes(rc_len)?;
@@ -1159,6 +1197,7 @@ pub fn decode_value(
             _ => Models::new(chain),
         },
         chain,
+        sm: version >= 4,
     };
     let mut budget = Budget(0);
     let n = d.inp.count(1, MAX_TABLES)?;
@@ -1194,7 +1233,7 @@ pub fn decode_value(
     let ms = d.ms.ints("/skeleton".into(), nm);
     for k in 0..nints {
         let p = keyints.map_or(0, |r| r.ints[k]);
-        let x = d.rc.int(&mut ms[k.min(nm - 1)]);
+        let x = d.rc.signed(&mut ms[k.min(nm - 1)], d.sm);
         ints.push(scaled(x.ok_or(bad("an integer out of range"))?, 1, p)?);
     }
     if d.inp.left() != 0 {
@@ -1239,13 +1278,29 @@ fn decode_table(
     budget: &mut Budget,
 ) -> Result<Table, CodecError> {
     let name = d.inp.str()?.to_owned();
-    let nrows = d.inp.count(0, MAX_CELLS)?;
-    budget.take(nrows)?;
-    let mut pids = Vec::with_capacity(nrows);
-    let mut refs = Vec::with_capacity(nrows);
+    // Format 4: the row count is in `rc`, read below.
+    let mut nrows = if d.sm {
+        0
+    } else {
+        let n = d.inp.count(0, MAX_CELLS)?;
+        budget.take(n)?;
+        n
+    };
+    let mut pids = Vec::new();
+    let mut refs = Vec::new();
     let pkey = format!("{name}/pid");
     let reft = match d.inp.byte()? {
         0 => {
+            if d.sm {
+                let m = &mut d.ms.ints(format!("{name}/rows"), 1)[0];
+                nrows = usize::try_from(d.rc.int(m).ok_or(bad("an integer out of range"))?)
+                    .ok()
+                    .filter(|&n| n <= MAX_CELLS)
+                    .ok_or(bad("a count is larger than the payload allows"))?;
+                budget.take(nrows)?;
+            }
+            pids.reserve(nrows);
+            refs.reserve(nrows);
             let mut p = 0u64;
             for _ in 0..nrows {
                 p = u64::try_from(d.int_of(pkey.clone())?)
@@ -1266,9 +1321,22 @@ fn decode_table(
                 .map(|j| d.rc.bit(&mut bits[age_ctx(r, j)]))
                 .collect();
             let nold = used.iter().filter(|&&u| u).count();
-            let nnew = nrows
-                .checked_sub(nold)
-                .ok_or(bad("a table's row count does not match its rows"))?;
+            let nnew = if d.sm {
+                let m = &mut d.ms.ints(format!("{name}/new"), 1)[0];
+                let n = usize::try_from(d.rc.int(m).ok_or(bad("an integer out of range"))?)
+                    .ok()
+                    .filter(|&n| n <= MAX_CELLS)
+                    .ok_or(bad("a count is larger than the payload allows"))?;
+                nrows = nold + n;
+                budget.take(nrows)?;
+                n
+            } else {
+                nrows
+                    .checked_sub(nold)
+                    .ok_or(bad("a table's row count does not match its rows"))?
+            };
+            pids.reserve(nrows);
+            refs.reserve(nrows);
             let mut new = Vec::with_capacity(nnew);
             let mut p = 0u64;
             for _ in 0..nnew {
@@ -1336,12 +1404,10 @@ fn decode_table(
                     let mut before = None;
                     for i in 0..l {
                         let ctx = list_ctx(d.chain, before, rl, i);
-                        let y = unzigzag(
-                            elems
-                                .get_mut(ctx)
-                                .and_then(|m| d.rc.int(m))
-                                .ok_or(bad("an integer out of range"))?,
-                        );
+                        let y = elems
+                            .get_mut(ctx)
+                            .and_then(|m| d.rc.signed(m, d.sm))
+                            .ok_or(bad("an integer out of range"))?;
                         let x = y.checked_mul(dv).ok_or(bad("an integer out of range"))?;
                         s = s.checked_add(x).ok_or(bad("an integer out of range"))?;
                         list.push(int_value(x)?);
@@ -1383,7 +1449,8 @@ fn decode_table(
                             .ok_or(bad("a prediction from a column that is not a list"))?,
                     };
                     let p = snap(p, dv).ok_or(bad("an integer out of range"))?;
-                    vals.push(scaled(d.int(&mut m)?, dv, p)?);
+                    let x = d.rc.signed(&mut m, d.sm);
+                    vals.push(scaled(x.ok_or(bad("an integer out of range"))?, dv, p)?);
                 }
                 d.ms.ints(format!("{name}.{cname}/{code}"), 1)[0] = m;
                 let cells = vals
@@ -1420,10 +1487,9 @@ fn divisor(inp: &mut Input<'_>) -> Result<i128, CodecError> {
     Ok(d as i128)
 }
 
-/// `pred + d * unzigzag(x)`, checked.
-fn scaled(x: u128, d: i128, pred: i128) -> Result<i128, CodecError> {
-    unzigzag(x)
-        .checked_mul(d)
+/// `pred + d * x`, checked.
+fn scaled(x: i128, d: i128, pred: i128) -> Result<i128, CodecError> {
+    x.checked_mul(d)
         .and_then(|y| y.checked_add(pred))
         .ok_or(bad("an integer out of range"))
 }
@@ -1595,22 +1661,24 @@ mod tests {
         }
     }
 
-    /// Format 3: a chain of records, each coded against the one before.
+    /// Formats 3 and 4: a chain of records, each coded against the one before.
     fn chain_round_trip(batches: &[Batch]) {
-        let mut enc: Option<Tables> = None;
-        let mut dec: Option<Tables> = None;
-        for (i, b) in batches.iter().enumerate() {
-            let mut out = Vec::new();
-            let t = encode_chained(b, enc.as_ref(), &mut out).unwrap();
-            let (got, kept) = decode_chained(&out, dec.as_ref()).unwrap();
-            assert_eq!(&got, b, "record {i}");
-            assert_eq!(
-                kept.as_ref(),
-                Some(&t),
-                "record {i}: the decoder keeps what the encoder kept"
-            );
-            enc = Some(t);
-            dec = kept;
+        for version in [3, 4] {
+            let mut enc: Option<Tables> = None;
+            let mut dec: Option<Tables> = None;
+            for (i, b) in batches.iter().enumerate() {
+                let mut out = Vec::new();
+                let t = encode_chained(b, enc.as_ref(), version, &mut out).unwrap();
+                let (got, kept) = decode_chained(&out, dec.as_ref(), version).unwrap();
+                assert_eq!(&got, b, "format {version}, record {i}");
+                assert_eq!(
+                    kept.as_ref(),
+                    Some(&t),
+                    "format {version}, record {i}: the decoder keeps what the encoder kept"
+                );
+                enc = Some(t);
+                dec = kept;
+            }
         }
     }
 
@@ -1639,7 +1707,7 @@ mod tests {
         chain_round_trip(&batches);
         let mut t: Option<Tables> = None;
         for b in &batches {
-            t = Some(encode_chained(b, t.as_ref(), &mut Vec::new()).unwrap());
+            t = Some(encode_chained(b, t.as_ref(), 4, &mut Vec::new()).unwrap());
         }
         let cpu = t.as_ref().and_then(|t| t.get("cpu")).unwrap();
         assert!(cpu.age.iter().all(|&a| a <= MAX_AGE));
@@ -1659,19 +1727,21 @@ mod tests {
         v["load"] = json!({"avg": [0.5, 1.25], "n": -3});
         v["mixed"] = json!([{"pid": 1, "x": 1}, {"pid": 2, "y": 2}]);
         v["dups"] = json!([{"pid": 5, "x": -1}, {"pid": 5, "x": 2}, {"pid": 1, "x": 3}]);
-        let mut out = Vec::new();
-        let t = encode_value(v.clone(), None, false, &mut out).unwrap();
-        assert_eq!(decode_value(&out, None, false, false).unwrap().0, v);
         // And as a delta against it, with rows gone and new ones.
         let mut w = v.clone();
         w["cpu"].as_array_mut().unwrap().remove(1);
         w["cpu"][0]["cgroup"] = json!(9);
         w["dups"] = json!([{"pid": 5, "x": 4}, {"pid": 6, "x": 2}, {"pid": 5, "x": 3}]);
-        let mut out = Vec::new();
-        encode_value(w.clone(), Some(&t), false, &mut out).unwrap();
-        assert_eq!(decode_value(&out, Some(&t), false, false).unwrap().0, w);
-        // A delta needs its key.
-        assert!(decode_value(&out, None, false, false).is_err());
+        for version in [2, 3, 4] {
+            let mut out = Vec::new();
+            let t = encode_value(v.clone(), None, version, &mut out).unwrap();
+            assert_eq!(decode_value(&out, None, false, version).unwrap().0, v);
+            let mut out = Vec::new();
+            encode_value(w.clone(), Some(&t), version, &mut out).unwrap();
+            assert_eq!(decode_value(&out, Some(&t), false, version).unwrap().0, w);
+            // A delta needs its key.
+            assert!(decode_value(&out, None, false, version).is_err());
+        }
     }
 
     #[test]
@@ -1681,21 +1751,31 @@ mod tests {
         let t = encode(&key, None, &mut kb).unwrap();
         let mut db = Vec::new();
         encode(&rounded(&plausible(2, 25)), Some(&t), &mut db).unwrap();
-        // Format 3: a key and a delta after it.
-        let mut k3 = Vec::new();
-        let t3 = encode_chained(&key, None, &mut k3).unwrap();
-        let mut d3 = Vec::new();
-        encode_chained(&rounded(&plausible(2, 25)), Some(&t3), &mut d3).unwrap();
-        for bytes in [&kb, &db, &k3, &d3] {
+        // Formats 3 and 4: a key and a delta after it.
+        let mut chained = Vec::new();
+        for version in [3, 4] {
+            let mut k = Vec::new();
+            let t = encode_chained(&key, None, version, &mut k).unwrap();
+            let mut d = Vec::new();
+            encode_chained(&rounded(&plausible(2, 25)), Some(&t), version, &mut d).unwrap();
+            chained.push((version, t, k, d));
+        }
+        let mut cases = vec![&kb, &db];
+        cases.extend(chained.iter().flat_map(|(_, _, k, d)| [k, d]));
+        for bytes in cases {
             for cut in 0..bytes.len() {
                 let _ = decode(&bytes[..cut], Some(&t), false);
-                let _ = decode_chained(&bytes[..cut], Some(&t3));
+                for (v, t, _, _) in &chained {
+                    let _ = decode_chained(&bytes[..cut], Some(t), *v);
+                }
             }
             for bit in 0..bytes.len() * 8 {
                 let mut b = bytes.clone();
                 b[bit / 8] ^= 1 << (bit % 8);
                 let _ = decode(&b, Some(&t), false);
-                let _ = decode_chained(&b, Some(&t3));
+                for (v, t, _, _) in &chained {
+                    let _ = decode_chained(&b, Some(t), *v);
+                }
             }
         }
     }

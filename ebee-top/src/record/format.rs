@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// ^Z catch files mangled by text-mode transfers.
 pub const MAGIC: [u8; 8] = [0x89, b'E', b'B', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The format version this build writes and the newest it reads.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Bytes before the metadata JSON: magic, version, reserved, meta length, meta CRC.
 pub const PREAMBLE_LEN: usize = 20;
 /// Largest metadata JSON accepted.
@@ -243,8 +243,8 @@ mod tests {
         assert_eq!(decode_preamble(&MAGIC[..3]), Err(PreambleError::Short(3)));
         assert_eq!(decode_preamble(b"{\"t_ms\":"), Err(PreambleError::BadMagic));
         let mut b = encode_header(&Meta::default());
-        b[8] = 4;
-        assert_eq!(decode_preamble(&b), Err(PreambleError::Newer(4)));
+        b[8] = VERSION as u8 + 1;
+        assert_eq!(decode_preamble(&b), Err(PreambleError::Newer(VERSION + 1)));
         b[8] = 0;
         assert!(matches!(
             decode_preamble(&b),

@@ -104,8 +104,9 @@ pub struct Reader<R> {
     damage: Vec<Damage>,
     dec: Decoder,
     key: Option<KeyDict>,
-    /// Format 3: the entry last decoded and its tables (what the next delta is coded against).
-    chain: Option<(usize, Tables)>,
+    /// Formats 3 and 4: the entry last decoded, its tables (what the next delta is coded
+    /// against) and, format 4, its decompressed payload (the next delta's zstd dictionary).
+    chain: Option<(usize, Tables, Vec<u8>)>,
     buf: Vec<u8>,
 }
 
@@ -404,7 +405,7 @@ impl<R: Read + Seek> Reader<R> {
         };
         // Indexing kept a delta only after the record before it: key_ix..=i are one chain.
         let start = match &self.chain {
-            Some((j, _)) if *j >= key_ix && *j < i => *j + 1,
+            Some((j, _, _)) if *j >= key_ix && *j < i => *j + 1,
             _ => {
                 self.chain = None;
                 key_ix
@@ -412,21 +413,24 @@ impl<R: Read + Seek> Reader<R> {
         };
         let mut last = None;
         for j in start..=i {
-            let raw = self.raw(j)?;
-            let prev = match (j == key_ix, &self.chain) {
+            // The record before (taken: on an error nothing is held and the next read starts
+            // again from the key).
+            let held = match (j == key_ix, self.chain.take()) {
                 (true, _) => None,
-                (false, Some((_, t))) => Some(t),
+                (false, Some((_, t, raw))) => Some((t, raw)),
                 (false, None) => return Err(FrameError::NoKey),
             };
-            let r = parse_chained(&raw, prev);
-            let (b, t) = match r {
-                Ok(x) => x,
-                Err(err) => {
-                    self.chain = None;
-                    return Err(err.into());
+            // Format 4: a delta's zstd dictionary is the record before it, not its key.
+            let raw = match &held {
+                Some((_, before)) if self.version >= 4 => {
+                    let e = self.entries[j];
+                    let p = self.payload(&e)?;
+                    self.dec.decompress_after(&p, e.head.raw_len, before)?
                 }
+                _ => self.raw(j)?,
             };
-            self.chain = Some((j, t));
+            let (b, t) = parse_chained(&raw, held.as_ref().map(|(t, _)| t), self.version)?;
+            self.chain = Some((j, t, if self.version >= 4 { raw } else { Vec::new() }));
             last = Some(b);
         }
         last.ok_or(FrameError::OutOfRange(i))

@@ -156,9 +156,19 @@ fn the_committed_format_2_file_reads() {
     // Written by the format 2 writer (before format 3): build::plausible(1..=110, 12) with
     // per-process times rounded to the µs, through `Writer` (a key at 0 and at 100, deltas
     // coded against their key). Never regenerate it: it stands for the files written then.
-    let bytes = include_bytes!("testdata/v2-plausible-110.ebr");
+    committed_file_reads(include_bytes!("testdata/v2-plausible-110.ebr"), 2);
+}
+
+#[test]
+fn the_committed_format_3_file_reads() {
+    // The same intervals written by the format 3 writer (`recsize fixture`, before format 4):
+    // deltas coded against the record before, zigzagged integers. Never regenerate it.
+    committed_file_reads(include_bytes!("testdata/v3-plausible-110.ebr"), 3);
+}
+
+fn committed_file_reads(bytes: &[u8], version: u16) {
     let mut r = reader::from_bytes(bytes).unwrap();
-    assert_eq!(r.version(), 2);
+    assert_eq!(r.version(), version);
     assert!(r.damage().is_empty(), "{:?}", r.damage());
     let want: Vec<Batch> = (1..=110).map(|s| plausible(s, 12)).collect();
     assert_eq!(all(&mut r), want);
@@ -341,30 +351,37 @@ fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
 }
 
 #[test]
-fn format_3_reads_in_any_order_and_from_a_new_key_after_damage() {
+fn chained_formats_read_in_any_order_and_from_a_new_key_after_damage() {
     // Key spacing of 7 through the encoder: damage in the second group costs the rest of that
-    // group only; the third group reads whole, in any order.
+    // group only; the third group reads whole, in any order. Format 4 (written now) and 3.
     let batches: Vec<Batch> = (1..=20).map(|s| plausible(s, 8)).collect();
-    let mut bytes = format::encode_header(&meta());
-    let mut enc = Encoder::with_params(super::codec::LEVEL, 7).unwrap();
-    assert_eq!(enc.version(), 3);
-    let mut offsets = Vec::new();
-    for b in &batches {
-        let (head, payload) = enc.encode(b, bytes.len() as u64).unwrap();
-        offsets.push(bytes.len());
-        bytes.extend_from_slice(&head.encode());
-        bytes.extend_from_slice(&payload);
-    }
-    let mut r = reader::from_bytes(&bytes).unwrap();
-    for i in [19, 3, 0, 13, 14, 7, 6, 8, 2] {
-        assert_eq!(r.read(i).unwrap(), batches[i], "record {i}");
-    }
-    bytes[offsets[9] + RECORD_HEAD_LEN + 3] ^= 0x10;
-    let mut r = reader::from_bytes(&bytes).unwrap();
-    let kept: Vec<usize> = (0..9).chain(14..20).collect();
-    assert_eq!(r.len(), kept.len());
-    for (i, &k) in kept.iter().enumerate().rev() {
-        assert_eq!(r.read(i).unwrap(), batches[k], "record {k}");
+    let lvl = super::codec::LEVEL;
+    for mut enc in [
+        Encoder::with_params(lvl, 7).unwrap(),
+        Encoder::v3(lvl, 7).unwrap(),
+    ] {
+        let v = enc.version();
+        let mut bytes = format::encode_header(&meta());
+        bytes[8..10].copy_from_slice(&v.to_le_bytes());
+        let mut offsets = Vec::new();
+        for b in &batches {
+            let (head, payload) = enc.encode(b, bytes.len() as u64).unwrap();
+            offsets.push(bytes.len());
+            bytes.extend_from_slice(&head.encode());
+            bytes.extend_from_slice(&payload);
+        }
+        let mut r = reader::from_bytes(&bytes).unwrap();
+        assert_eq!(r.version(), v);
+        for i in [19, 3, 0, 13, 14, 7, 6, 8, 2] {
+            assert_eq!(r.read(i).unwrap(), batches[i], "format {v}, record {i}");
+        }
+        bytes[offsets[9] + RECORD_HEAD_LEN + 3] ^= 0x10;
+        let mut r = reader::from_bytes(&bytes).unwrap();
+        let kept: Vec<usize> = (0..9).chain(14..20).collect();
+        assert_eq!(r.len(), kept.len());
+        for (i, &k) in kept.iter().enumerate().rev() {
+            assert_eq!(r.read(i).unwrap(), batches[k], "format {v}, record {k}");
+        }
     }
 }
 
