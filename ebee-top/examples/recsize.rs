@@ -12,27 +12,20 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     if args[1] == "fixture" {
         // recsize fixture OUT [N]: build::plausible(1..=N, 12), rounded, as the writer writes it.
-        let opts = ebee_top::record::RecordOptions {
-            path: args[2].clone().into(),
-            force: false,
-            max_size: None,
-            rotate: None,
-        };
-        let meta = ebee_top::record::format::Meta {
-            host: "test".into(),
-            kernel: "6.18".into(),
-            interval_ns: 50_000_000,
-            start_ms: 1_700_000_000_000,
-            writer: "test".into(),
-            segment: 0,
-        };
-        let mut w = ebee_top::record::Writer::create(opts, meta)?;
         let n: u64 = args.get(3).and_then(|v| v.parse().ok()).unwrap_or(110);
-        for s in 1..=n {
-            w.append(&rounded(&ebee_top::batch::build::plausible(s, 12)))?;
-        }
-        w.sync()?;
-        return Ok(());
+        let batches: Vec<_> = (1..=n)
+            .map(|s| rounded(&ebee_top::batch::build::plausible(s, 12)))
+            .collect();
+        return write(&args[2], &batches);
+    }
+    if args.get(2).map(String::as_str) == Some("write") {
+        // recsize FILE write OUT N: the first N intervals of FILE, as the writer writes them now.
+        let mut r = Reader::open(std::path::Path::new(&args[1]))?;
+        let n: usize = args.get(4).and_then(|v| v.parse().ok()).unwrap_or(3);
+        let batches = (0..n.min(r.len()))
+            .map(|i| r.read(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        return write(&args[3], &batches);
     }
     let path = std::path::PathBuf::from(&args[1]);
     let mut r = Reader::open(&path)?;
@@ -102,5 +95,22 @@ fn main() -> anyhow::Result<()> {
     for (k, v) in ebee_top::record::columns::stats() {
         println!("  {k:40} {:8.1}", v / n);
     }
+    Ok(())
+}
+
+/// Write `batches` to a new file at `path` through the recording writer.
+fn write(path: &str, batches: &[ebee_top::batch::Batch]) -> anyhow::Result<()> {
+    let opts = ebee_top::record::RecordOptions {
+        path: path.into(),
+        force: false,
+        max_size: None,
+        rotate: None,
+    };
+    let meta = ebee_top::record::format::Meta::for_tests();
+    let mut w = ebee_top::record::Writer::create(opts, meta)?;
+    for b in batches {
+        w.append(b)?;
+    }
+    w.sync()?;
     Ok(())
 }

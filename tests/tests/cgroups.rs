@@ -1,7 +1,8 @@
 //! Privileged tests of cgroups and threads on the real kernel: a cgroup made here with
 //! duty-cycle processes in it, against the cgroup's own counters (v1 `cpuacct.usage` and v2
 //! `cpu.stat` usage, both hierarchies of this hybrid machine); a process moving between
-//! cgroups and cgroups removed while shown; 10,000 threads ranked against
+//! cgroups and cgroups removed while shown; a cgroup's run-queue wait against its processes'
+//! run_delay; 10,000 threads ranked against
 //! /proc/PID/task/TID/schedstat and the exact shadow.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ebee_tests::{Proc, bin, ebee_top, privileged, spawn_guarded};
+use ebee_tests::{Proc, bin, ebee_top, privileged, schedstat_wait_ns, spawn_guarded};
 use ebee_top::os::cgroup::{CgroupFs, Kind, Want, detect};
 use ebee_top::probes::{ProbeConfig, Probes};
 use ebee_top::source::{Live, Source as _};
@@ -185,6 +186,80 @@ fn a_cgroups_cpu_matches_its_own_counter_in_v1_and_v2() {
         );
     }
     drop(burners);
+}
+
+/// Three CPU hogs share CPU 1 inside a cgroup of the followed hierarchy: the cgroup's run-queue
+/// wait (the WAIT% of the cgroups view) over 60 intervals is the sum of what the kernel's own
+/// run_delay says each of its processes waited over the same window, within 2%.
+#[test]
+fn a_cgroups_wait_is_the_run_delay_of_its_processes() {
+    if !privileged("a_cgroups_wait_is_the_run_delay_of_its_processes") {
+        return;
+    }
+    let Some(fs) = fs(Want::Auto) else {
+        panic!("no cgroup hierarchy mounted: this kind of machine has them");
+    };
+    let cg = Cg::make(
+        fs.mount
+            .join(format!("ebee-test-{}-wait", std::process::id())),
+    );
+    let hogs: Vec<Proc> = (0..3)
+        .map(|_| {
+            spawn_guarded(
+                Command::new("taskset")
+                    .args(["-c", "1"])
+                    .arg(bin("ebee-load"))
+                    .args(["burn", "--duty", "1.0", "--seconds", "20"]),
+            )
+            .expect("taskset (util-linux) and ebee-load burn")
+        })
+        .collect();
+    let pids: Vec<u32> = hogs.iter().map(Proc::pid).collect();
+    for &pid in &pids {
+        cg.join(pid);
+    }
+    let mut p = Probes::load(ProbeConfig::default(), TICK).expect("loading the eBPF programs");
+    assert!(
+        p.wait_available(),
+        "this kernel has sched_info (TOOLCHAIN.md)"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let run_delay = || -> u64 {
+        pids.iter()
+            .map(|&pid| schedstat_wait_ns(pid).expect("the hogs run"))
+            .sum()
+    };
+    let key = cg.key();
+    let before = run_delay();
+    p.drain().unwrap();
+    let (mut ours, mut after) = (0u64, before);
+    let n = 60;
+    for i in 0..n {
+        std::thread::sleep(TICK);
+        if i == n - 1 {
+            after = run_delay();
+        }
+        let raw = p.drain().unwrap();
+        ours += raw
+            .cgroups
+            .cgroups
+            .iter()
+            .filter(|c| c.key == key)
+            .map(|c| c.wait_ns)
+            .sum::<u64>();
+    }
+    let truth = after - before;
+    eprintln!("the cgroup waited {ours} ns; its processes' run_delay grew {truth} ns");
+    assert!(
+        truth > 1_000_000_000,
+        "only {truth} ns of wait: no contention?"
+    );
+    let err = (ours as f64 - truth as f64).abs() / truth as f64;
+    assert!(
+        err <= 0.02,
+        "{ours} ns of cgroup wait against run_delay's {truth} ns ({:.2}% off)",
+        err * 100.0
+    );
 }
 
 /// A process's `RssAnon` from /proc/PID/status, bytes.

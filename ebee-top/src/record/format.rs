@@ -28,6 +28,20 @@ pub const KIND_KEY: u8 = 1;
 /// A Batch compressed with its key record's decompressed bytes as the zstd dictionary.
 pub const KIND_DELTA: u8 = 2;
 
+impl Meta {
+    /// The metadata of test recordings and committed fixtures (the unit tests, `recsize`).
+    pub fn for_tests() -> Self {
+        Self {
+            host: "test".into(),
+            kernel: "6.18".into(),
+            interval_ns: 50_000_000,
+            start_ms: 1_700_000_000_000,
+            writer: "test".into(),
+            segment: 0,
+        }
+    }
+}
+
 /// CRC-32 (IEEE 802.3, the zlib/PNG polynomial).
 pub fn crc32(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)

@@ -28,14 +28,7 @@ fn opts(path: &Path) -> RecordOptions {
 }
 
 fn meta() -> Meta {
-    Meta {
-        host: "test".into(),
-        kernel: "6.18".into(),
-        interval_ns: 50_000_000,
-        start_ms: 1_700_000_000_000,
-        writer: "test".into(),
-        segment: 0,
-    }
+    Meta::for_tests()
 }
 
 /// Record `batches` to a fresh file; returns the directory (kept alive) and the file bytes.

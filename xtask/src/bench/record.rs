@@ -58,9 +58,10 @@ pub fn run(seconds: u64) -> Result<()> {
          hour. Encode and decode times are per interval, measured by re-encoding and decoding \
          the same intervals in one thread (`ebee-bench record-stats`); the recorder does the \
          encoding on its own thread, off the drain and UI loops. Format 1 (the Batch's JSON \
-         under zstd, what ebee-top wrote before format 2) and format 2 (columns coded against \
-         the key record, what ebee-top wrote before format 3) are measured by re-encoding the \
-         same intervals with the encoders kept for that.\n"
+         under zstd, what ebee-top wrote before format 2), format 2 (columns coded against \
+         the key record, before format 3) and format 3 (columns coded against the record \
+         before, the key as every delta's zstd dictionary, before format 4) are measured by \
+         re-encoding the same intervals with the encoders kept for that.\n"
     )?;
     table_head(
         &mut body,
@@ -75,6 +76,7 @@ pub fn run(seconds: u64) -> Result<()> {
             "**MB per hour**",
             "format 1, MB per hour",
             "format 2, MB per hour",
+            "format 3, MB per hour",
             "encode",
             "decode",
         ],
@@ -95,7 +97,7 @@ pub fn run(seconds: u64) -> Result<()> {
             let hour = |bytes: f64| bytes / f("mean_interval_ms").max(1e-9) * 3600.0 * 1000.0 / 1e6;
             writeln!(
                 body,
-                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | {:.0} | **{per_hour:.0}** | {:.0} | {:.0} | {:.0} µs | {:.0} µs |",
+                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | {:.0} | **{per_hour:.1}** | {:.0} | {:.0} | {:.1} | {:.0} µs | {:.0} µs |",
                 f("processes_per_interval"),
                 f("raw_bytes_per_interval") / 1000.0,
                 f("key_bytes") / 1000.0,
@@ -103,6 +105,7 @@ pub fn run(seconds: u64) -> Result<()> {
                 f("file_bytes") / f("intervals").max(1.0),
                 hour(f("v1_bytes_per_interval")),
                 hour(f("v2_bytes_per_interval")),
+                hour(f("v3_bytes_per_interval")),
                 f("encode_us"),
                 f("decode_us"),
             )?;
@@ -121,8 +124,8 @@ pub fn run(seconds: u64) -> Result<()> {
         &mut body,
         &[
             "workload",
-            "format 3",
-            "format 3, no wait table",
+            "format 4",
+            "format 4, no wait table",
             "format 1",
             "format 1, no wait table",
         ],
@@ -144,7 +147,7 @@ pub fn run(seconds: u64) -> Result<()> {
     }
     writeln!(
         body,
-        "\nFormat 3 with other zstd levels and key spacing (key every 1 = every record coded \
+        "\nFormat 4 with other zstd levels and key spacing (key every 1 = every record coded \
          alone; the default is level {} with a key at least every {} records). Bytes per \
          interval, and encode time:\n",
         ebee_top_level(),

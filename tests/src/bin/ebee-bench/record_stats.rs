@@ -1,6 +1,6 @@
 //! `record-stats`: size and cost of a recording. Reads a file back and reports bytes per
 //! interval (key and delta records), raw payload bytes, decode and encode time per interval,
-//! the same intervals re-encoded in format 1 (JSON) and format 2, losslessly and without the
+//! the same intervals re-encoded in formats 1 (JSON), 2 and 3, losslessly and without the
 //! wait table,
 //! and a sweep of zstd levels and key spacing re-encoding the same intervals.
 
@@ -66,6 +66,10 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
     let (v1_bytes, v1_us) = encode_with(Encoder::v1(3, 100)?, &batches)?;
     // And in format 2 (deltas against their key only, zstd level 3), as written before format 3.
     let (v2_bytes, v2_us) = encode_with(Encoder::v2(3, 100)?, &batches)?;
+    // And in format 3 (deltas against the record before, the key as zstd dictionary), as
+    // written before format 4.
+    let (v3_bytes, v3_us) =
+        encode_with(Encoder::v3(ebee_top::record::codec::LEVEL, 100)?, &batches)?;
     let (lossless_bytes, _) = encode_with(Encoder::new()?.lossless(), &batches)?;
     let no_wait: Vec<_> = batches
         .iter()
@@ -110,6 +114,8 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
         "v1_encode_us": v1_us,
         "v2_bytes_per_interval": v2_bytes,
         "v2_encode_us": v2_us,
+        "v3_bytes_per_interval": v3_bytes,
+        "v3_encode_us": v3_us,
         "lossless_bytes_per_interval": lossless_bytes,
         "no_wait_bytes_per_interval": no_wait_bytes,
         "v1_no_wait_bytes_per_interval": v1_no_wait_bytes,
