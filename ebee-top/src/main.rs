@@ -6,6 +6,7 @@ use ebee_top::cli::{Cli, Command};
 use ebee_top::{exit, frontend};
 
 fn main() {
+    ebee_top::os::residency::no_fault_around();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

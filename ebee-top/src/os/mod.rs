@@ -8,4 +8,5 @@ pub mod details;
 pub mod host;
 pub mod ports;
 pub mod procinfo;
+pub mod residency;
 pub mod rss;

@@ -105,6 +105,7 @@ impl Probes {
         drop(aya_btf);
         // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps.
         unsafe { libc::malloc_trim(0) };
+        crate::os::residency::drop_loaded_pages();
         Ok(Self {
             stats,
             want_stats: cfg.bpf_stats,
