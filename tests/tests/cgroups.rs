@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use ebee_tests::{Proc, bin, ebee_top, privileged, schedstat_wait_ns, spawn_guarded};
 use ebee_top::os::cgroup::{CgroupFs, Kind, Want, detect};
-use ebee_top::probes::{ProbeConfig, Probes};
+use ebee_top::probes::cgroup::CgCharge;
+use ebee_top::probes::{ProbeConfig, Probes, RawInterval};
 use ebee_top::source::{Live, Source as _};
 
 const TICK: Duration = Duration::from_millis(50);
@@ -103,6 +104,37 @@ fn usage_ns(fs: &CgroupFs, dir: &Path) -> u64 {
     }
 }
 
+/// Over 60 intervals drained from `p`: the sum of `of` over the charges of cgroup `key`, and
+/// how much the independent counter `truth` grew from before the first to just before the
+/// last drain; `each` looks at every interval.
+fn charged_over(
+    p: &mut Probes,
+    key: u32,
+    of: fn(&CgCharge) -> u64,
+    truth: impl Fn() -> u64,
+    mut each: impl FnMut(&RawInterval),
+) -> (u64, u64) {
+    let before = truth();
+    let (mut ours, mut after) = (0u64, before);
+    let n = 60;
+    for i in 0..n {
+        std::thread::sleep(TICK);
+        if i == n - 1 {
+            after = truth();
+        }
+        let raw = p.drain().unwrap();
+        ours += raw
+            .cgroups
+            .cgroups
+            .iter()
+            .filter(|c| c.key == key)
+            .map(of)
+            .sum::<u64>();
+        each(&raw);
+    }
+    (ours, after - before)
+}
+
 /// Three processes burning 20%, 35% and 50% of a CPU in a cgroup of each hierarchy: over 60
 /// intervals the kernel's per-cgroup sum is within 2% of the cgroup's own counter over the
 /// same window, and every one of them is charged with that cgroup's key.
@@ -143,36 +175,25 @@ fn a_cgroups_cpu_matches_its_own_counter_in_v1_and_v2() {
         std::thread::sleep(Duration::from_millis(200));
         p.drain().unwrap();
         let key = cg.key();
-        let before = usage_ns(fs, &cg.0);
-        let mut ours = 0u64;
-        let mut after = before;
-        let n = 60;
-        for i in 0..n {
-            std::thread::sleep(TICK);
-            if i == n - 1 {
-                after = usage_ns(fs, &cg.0);
-            }
-            let raw = p.drain().unwrap();
-            ours += raw
-                .cgroups
-                .cgroups
-                .iter()
-                .filter(|c| c.key == key)
-                .map(|c| c.cpu_ns)
-                .sum::<u64>();
-            for b in &burners {
-                if let Some(r) = raw.rows.iter().find(|r| r.tgid == b.pid()) {
-                    assert_eq!(
-                        r.aux,
-                        key,
-                        "{want:?}: pid {} charged to another cgroup",
-                        b.pid()
-                    );
+        let (ours, truth) = charged_over(
+            &mut p,
+            key,
+            |c| c.cpu_ns,
+            || usage_ns(fs, &cg.0),
+            |raw| {
+                for b in &burners {
+                    if let Some(r) = raw.rows.iter().find(|r| r.tgid == b.pid()) {
+                        assert_eq!(
+                            r.aux,
+                            key,
+                            "{want:?}: pid {} charged to another cgroup",
+                            b.pid()
+                        );
+                    }
                 }
-            }
-            assert_eq!(raw.cgroups.evictions, 0, "a few cgroups fit the sketch");
-        }
-        let truth = after - before;
+                assert_eq!(raw.cgroups.evictions, 0, "a few cgroups fit the sketch");
+            },
+        );
         eprintln!(
             "{want:?} ({}): ours {ours} ns, the cgroup's own {truth} ns",
             fs.label()
@@ -229,26 +250,8 @@ fn a_cgroups_wait_is_the_run_delay_of_its_processes() {
             .map(|&pid| schedstat_wait_ns(pid).expect("the hogs run"))
             .sum()
     };
-    let key = cg.key();
-    let before = run_delay();
     p.drain().unwrap();
-    let (mut ours, mut after) = (0u64, before);
-    let n = 60;
-    for i in 0..n {
-        std::thread::sleep(TICK);
-        if i == n - 1 {
-            after = run_delay();
-        }
-        let raw = p.drain().unwrap();
-        ours += raw
-            .cgroups
-            .cgroups
-            .iter()
-            .filter(|c| c.key == key)
-            .map(|c| c.wait_ns)
-            .sum::<u64>();
-    }
-    let truth = after - before;
+    let (ours, truth) = charged_over(&mut p, cg.key(), |c| c.wait_ns, run_delay, |_| {});
     eprintln!("the cgroup waited {ours} ns; its processes' run_delay grew {truth} ns");
     assert!(
         truth > 1_000_000_000,
