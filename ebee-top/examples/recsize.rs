@@ -33,6 +33,17 @@ fn main() -> anyhow::Result<()> {
     for i in 0..r.len() {
         batches.push(r.read(i)?);
     }
+    if args.get(2).map(String::as_str) == Some("decode") {
+        // recsize FILE decode: read every interval again, timed (the file was read once above).
+        let t = Instant::now();
+        let mut r = Reader::open(&path)?;
+        for i in 0..r.len() {
+            r.read(i)?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / r.len().max(1) as f64;
+        println!("{} intervals, decode {us:.0} us each", r.len());
+        return Ok(());
+    }
     if args.get(2).map(String::as_str) == Some("dump") {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         for b in &batches {

@@ -159,12 +159,7 @@ impl Encoder {
                 };
                 // Kept only once the whole record is made: on an error `prev` stays None
                 // and the next record is a key.
-                chained = Some(columns::encode_chained(
-                    b,
-                    prev.as_ref(),
-                    self.version,
-                    &mut raw,
-                )?);
+                chained = Some(columns::encode_chained(b, prev, self.version, &mut raw)?);
             } else {
                 tables = Some(columns::encode(b, reference, &mut raw)?);
             }
@@ -354,7 +349,7 @@ pub fn parse(raw: &[u8], version: u16, key: Option<&KeyDict>) -> Result<Batch, C
 /// needs.
 pub fn parse_chained(
     raw: &[u8],
-    prev: Option<&Tables>,
+    prev: Option<Tables>,
     version: u16,
 ) -> Result<(Batch, Tables), CodecError> {
     match columns::decode_chained(raw, prev, version)? {

@@ -452,18 +452,42 @@ pub fn encode(
 /// record before (its returned tables). Returns what the next delta is coded against.
 pub fn encode_chained(
     b: &Batch,
-    prev: Option<&Tables>,
+    prev: Option<Tables>,
     version: u16,
     out: &mut Vec<u8>,
 ) -> Result<Tables, CodecError> {
     let v = serde_json::to_value(b).map_err(|e| CodecError::Json(e.to_string()))?;
-    encode_value(v, prev, version, out)
+    let (prev, models) = split_models(prev);
+    encode_with(v, prev.as_ref(), models, version, out)
+}
+
+/// The reference of the next record and its models, taken out (not copied: they are what the
+/// next record starts from and change as it is coded).
+fn split_models(prev: Option<Tables>) -> (Option<Tables>, Option<Models>) {
+    match prev {
+        Some(mut t) => {
+            let m = std::mem::take(&mut t.models);
+            (Some(t), Some(m))
+        }
+        None => (None, None),
+    }
 }
 
 /// Encode a Batch's serde value (any JSON object) in format `version` (2, 3 or 4).
 pub fn encode_value(
     v: Value,
     reference: Option<&Tables>,
+    version: u16,
+    out: &mut Vec<u8>,
+) -> Result<Tables, CodecError> {
+    encode_with(v, reference, None, version, out)
+}
+
+/// `encode_value`, starting from `models` when given instead of a copy of the reference's.
+fn encode_with(
+    v: Value,
+    reference: Option<&Tables>,
+    models: Option<Models>,
     version: u16,
     out: &mut Vec<u8>,
 ) -> Result<Tables, CodecError> {
@@ -480,8 +504,9 @@ pub fn encode_value(
     let mut o = Out {
         bytes: Vec::new(),
         rc: rc::Encoder::measured(tracking()),
-        ms: match reference {
-            Some(r) if chain => r.models.clone(),
+        ms: match (models, reference) {
+            (Some(m), Some(_)) if chain => m,
+            (None, Some(r)) if chain => r.models.clone(),
             _ => Models::new(chain),
         },
         chain,
@@ -1170,10 +1195,11 @@ pub fn decode(
 /// record before it. Returns what the next delta is coded against.
 pub fn decode_chained(
     bytes: &[u8],
-    prev: Option<&Tables>,
+    prev: Option<Tables>,
     version: u16,
 ) -> Result<(Batch, Option<Tables>), CodecError> {
-    let (v, t) = decode_value(bytes, prev, true, version)?;
+    let (prev, models) = split_models(prev);
+    let (v, t) = decode_with(bytes, prev.as_ref(), models, true, version)?;
     let b = serde_json::from_value(v).map_err(|e| CodecError::Json(e.to_string()))?;
     Ok((b, t))
 }
@@ -1185,6 +1211,17 @@ pub fn decode_value(
     keep: bool,
     version: u16,
 ) -> Result<(Value, Option<Tables>), CodecError> {
+    decode_with(bytes, reference, None, keep, version)
+}
+
+/// `decode_value`, starting from `models` when given instead of a copy of the reference's.
+fn decode_with(
+    bytes: &[u8],
+    reference: Option<&Tables>,
+    models: Option<Models>,
+    keep: bool,
+    version: u16,
+) -> Result<(Value, Option<Tables>), CodecError> {
     let chain = version >= 3;
     let mut inp = Input { b: bytes, at: 0 };
     let rc_len = inp.count(0, bytes.len())?;
@@ -1192,8 +1229,9 @@ pub fn decode_value(
     let mut d = In {
         inp,
         rc: rc::Decoder::new(rc_bytes),
-        ms: match reference {
-            Some(r) if chain => r.models.clone(),
+        ms: match (models, reference) {
+            (Some(m), Some(_)) if chain => m,
+            (None, Some(r)) if chain => r.models.clone(),
             _ => Models::new(chain),
         },
         chain,
@@ -1668,8 +1706,8 @@ mod tests {
             let mut dec: Option<Tables> = None;
             for (i, b) in batches.iter().enumerate() {
                 let mut out = Vec::new();
-                let t = encode_chained(b, enc.as_ref(), version, &mut out).unwrap();
-                let (got, kept) = decode_chained(&out, dec.as_ref(), version).unwrap();
+                let t = encode_chained(b, enc.take(), version, &mut out).unwrap();
+                let (got, kept) = decode_chained(&out, dec.take(), version).unwrap();
                 assert_eq!(&got, b, "format {version}, record {i}");
                 assert_eq!(
                     kept.as_ref(),
@@ -1707,7 +1745,7 @@ mod tests {
         chain_round_trip(&batches);
         let mut t: Option<Tables> = None;
         for b in &batches {
-            t = Some(encode_chained(b, t.as_ref(), 4, &mut Vec::new()).unwrap());
+            t = Some(encode_chained(b, t.take(), 4, &mut Vec::new()).unwrap());
         }
         let cpu = t.as_ref().and_then(|t| t.get("cpu")).unwrap();
         assert!(cpu.age.iter().all(|&a| a <= MAX_AGE));
@@ -1757,7 +1795,13 @@ mod tests {
             let mut k = Vec::new();
             let t = encode_chained(&key, None, version, &mut k).unwrap();
             let mut d = Vec::new();
-            encode_chained(&rounded(&plausible(2, 25)), Some(&t), version, &mut d).unwrap();
+            encode_chained(
+                &rounded(&plausible(2, 25)),
+                Some(t.clone()),
+                version,
+                &mut d,
+            )
+            .unwrap();
             chained.push((version, t, k, d));
         }
         let mut cases = vec![&kb, &db];
@@ -1766,7 +1810,7 @@ mod tests {
             for cut in 0..bytes.len() {
                 let _ = decode(&bytes[..cut], Some(&t), false);
                 for (v, t, _, _) in &chained {
-                    let _ = decode_chained(&bytes[..cut], Some(t), *v);
+                    let _ = decode_chained(&bytes[..cut], Some(t.clone()), *v);
                 }
             }
             for bit in 0..bytes.len() * 8 {
@@ -1774,7 +1818,7 @@ mod tests {
                 b[bit / 8] ^= 1 << (bit % 8);
                 let _ = decode(&b, Some(&t), false);
                 for (v, t, _, _) in &chained {
-                    let _ = decode_chained(&b, Some(t), *v);
+                    let _ = decode_chained(&b, Some(t.clone()), *v);
                 }
             }
         }

@@ -429,7 +429,7 @@ impl<R: Read + Seek> Reader<R> {
                 }
                 _ => self.raw(j)?,
             };
-            let (b, t) = parse_chained(&raw, held.as_ref().map(|(t, _)| t), self.version)?;
+            let (b, t) = parse_chained(&raw, held.map(|(t, _)| t), self.version)?;
             self.chain = Some((j, t, if self.version >= 4 { raw } else { Vec::new() }));
             last = Some(b);
         }
