@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::{CELL_NS, ProcTable};
+use super::{CELL_NS, HISTORY_CELLS, ProcTable};
 use crate::batch::Batch;
 
 /// On-CPU ns per 10 ms cell, sparse: only cells with time in them, oldest first.
@@ -88,24 +88,29 @@ impl ProcTable {
             return out;
         }
         let n = bins.len();
+        // Saturating: a damaged recording's times can be anything.
         for (i, &v) in bins.iter().enumerate() {
-            let s = b.start_ns + i as u64 * w;
+            let off = (i as u64).saturating_mul(w);
+            let s = b.start_ns.saturating_add(off);
             let e = if i + 1 == n {
-                b.start_ns + interval.max((i as u64) * w + 1)
+                b.start_ns
+                    .saturating_add(interval.max(off.saturating_add(1)))
             } else {
-                s + w
+                s.saturating_add(w)
             };
-            self.spread_span(s, e.max(s + 1), v, &mut out);
+            self.spread_span(s, e.max(s.saturating_add(1)), v, &mut out);
         }
         out
     }
 
     fn spread_span(&self, s: u64, e: u64, v: u64, out: &mut Vec<(u64, u64)>) {
-        if v == 0 {
+        // An empty or reversed span (a damaged recording) holds nothing.
+        if v == 0 || e <= s {
             return;
         }
-        let first = self.cell_of(s);
         let last = self.cell_of(e - 1);
+        // Never more cells than the history keeps: a damaged recording's span can be years.
+        let first = self.cell_of(s).max(last.saturating_sub(HISTORY_CELLS));
         if first == last {
             out.push((first, v));
             return;
@@ -113,12 +118,16 @@ impl ProcTable {
         let len = (e - s) as u128;
         let mut given = 0u64;
         for c in first..=last {
-            let cs = (self.anchor.unwrap_or(0) + c * CELL_NS).max(s);
-            let ce = (self.anchor.unwrap_or(0) + (c + 1) * CELL_NS).min(e);
+            let at = |c: u64| {
+                self.anchor
+                    .unwrap_or(0)
+                    .saturating_add(c.saturating_mul(CELL_NS))
+            };
+            let (cs, ce) = (at(c).max(s), at(c + 1).min(e));
             let part = if c == last {
-                v - given
+                v.saturating_sub(given)
             } else {
-                (u128::from(v) * u128::from(ce.saturating_sub(cs)) / len) as u64
+                ((u128::from(v) * u128::from(ce.saturating_sub(cs)) / len) as u64).min(v - given)
             };
             given += part;
             out.push((c, part));

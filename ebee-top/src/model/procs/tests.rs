@@ -138,6 +138,34 @@ fn a_20ms_burst_is_two_full_cells() {
 }
 
 #[test]
+fn damaged_times_neither_panic_nor_spread_past_the_history() {
+    // A recording can hold any numbers: an interval ending at 0, one spanning all of time.
+    let mut t = ProcTable::new();
+    let mut b = batch(1, &[(7, 20 * MS, &[])]);
+    b.start_ns = 5;
+    b.end_ns = 0;
+    t.ingest(&b);
+    let mut b = batch(2, &[(7, 20 * MS, &[10 * MS, 10 * MS])]);
+    b.start_ns = 0;
+    b.end_ns = u64::MAX;
+    t.ingest(&b);
+    let mut b = batch(3, &[(8, 20 * MS, &[])]);
+    b.start_ns = u64::MAX - 1;
+    b.end_ns = u64::MAX;
+    t.ingest(&b);
+    let mut b = batch(4, &[]);
+    b.start_ns = 0;
+    b.end_ns = u64::MAX;
+    let cells = t.spread(&b, &[10 * MS, 10 * MS], 20 * MS, b.interval_ns());
+    assert!(
+        cells.len() as u64 <= 2 * (HISTORY_CELLS + 1),
+        "{}",
+        cells.len()
+    );
+    assert_eq!(cells.iter().map(|c| c.1).sum::<u64>(), 20 * MS);
+}
+
+#[test]
 fn short_history_is_right_aligned() {
     let mut t = ProcTable::new();
     t.ingest(&batch(1, &[(7, 10 * MS, &[0, 0, 0, 0, 10 * MS])]));
