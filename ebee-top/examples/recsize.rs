@@ -61,7 +61,7 @@ fn main() -> anyhow::Result<()> {
     let every: u32 = std::env::var("EVERY")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
+        .unwrap_or(ebee_top::record::codec::KEY_EVERY);
     let mut enc = Encoder::with_params(lvl, every)?;
     let (mut off, mut keys, mut kbytes) = (0u64, 0u64, 0u64);
     let t = Instant::now();

@@ -24,7 +24,29 @@ fn repair(b: &mut [u8]) {
     let crc = crc32(&b[format::PREAMBLE_LEN..meta_end]);
     b[16..20].copy_from_slice(&crc.to_le_bytes());
     let mut pos = meta_end;
-    while pos + RECORD_HEAD_LEN <= b.len() {
+    while pos < b.len() {
+        // Format 5: a delta's short head.
+        if p.version >= 5 && b[pos] == format::DELTA_MARK {
+            let Ok((at, [len, ..])) = format::short_head_fields(&b[pos..]) else {
+                return;
+            };
+            let start = pos + at + 6;
+            let Some(end) = usize::try_from(len).ok().and_then(|l| start.checked_add(l)) else {
+                return;
+            };
+            if end > b.len() {
+                return;
+            }
+            let pcrc = crc32(&b[start..end]);
+            b[pos + at..pos + at + 4].copy_from_slice(&pcrc.to_le_bytes());
+            let hcrc = crc32(&b[pos..pos + at + 4]) as u16;
+            b[pos + at + 4..start].copy_from_slice(&hcrc.to_le_bytes());
+            pos = end;
+            continue;
+        }
+        if pos + RECORD_HEAD_LEN > b.len() {
+            return;
+        }
         b[pos..pos + 4].copy_from_slice(&SYNC);
         let mut l = [0u8; 4];
         l.copy_from_slice(&b[pos + 8..pos + 12]);

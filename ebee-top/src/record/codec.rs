@@ -1,9 +1,11 @@
-//! Batches to record payloads and back, compressed with zstd. Format 3 (written now) codes
-//! the per-process tables column by column against the record before it (`columns`); format 2
-//! (still read) did the same against the key record; format 1 (still read) is the Batch's
-//! serde JSON. In every format a key record is compressed alone and a delta record with the
-//! decompressed payload of its key record as a raw-content dictionary. A format 3 delta
-//! therefore needs its key and every record between (see docs/recording-format.md).
+//! Batches to record payloads and back, compressed with zstd. Formats 3 to 5 (5 written now)
+//! code the per-process tables column by column against the record before (`columns`);
+//! format 2 (still read) did the same against the key record; format 1 (still read) is the
+//! Batch's serde JSON. A key record is compressed alone; a delta with the decompressed payload
+//! of its key record (formats 1-3) or of the record before it (4 and 5) as a raw-content
+//! dictionary. A delta of format 3 or later therefore needs its key and every record between
+//! (see docs/recording-format.md). Format 5 frames leave out zstd's magic number and content
+//! size (the record head has the length).
 
 use zstd::zstd_safe::{CCtx, CDict, CParameter, DCtx, DDict};
 
@@ -13,8 +15,11 @@ use crate::batch::Batch;
 
 /// zstd level; measured in BENCHMARKS.md (record section).
 pub const LEVEL: i32 = 9;
-/// A key record at least every this many records: bounds what one damaged key costs.
-pub const KEY_EVERY: u32 = 100;
+/// A key record at least every this many records: bounds what one damaged record costs (10 s
+/// at the default 50 ms interval).
+pub const KEY_EVERY: u32 = 200;
+/// The first bytes of every zstd frame; format 5 payloads leave them out.
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// Why a payload could not be produced or read back.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -55,6 +60,8 @@ pub struct Encoder {
     prev: Option<Tables>,
     /// Format 4: that record's decompressed payload, the next delta's zstd dictionary.
     prev_raw: Vec<u8>,
+    /// Format 5: that record's `seq` and `t_ms`, what a delta's short head is coded against.
+    prev_head: (u64, u64),
     since_key: u32,
     key_every: u32,
     level: i32,
@@ -92,19 +99,26 @@ impl Encoder {
         Self::for_version(3, level, key_every)
     }
 
+    /// An encoder of format 4 (full record heads, zstd frames with their magic number and
+    /// content size): to measure against and to test that files written before still read.
+    pub fn v4(level: i32, key_every: u32) -> Result<Self, CodecError> {
+        Self::for_version(4, level, key_every)
+    }
+
     fn for_version(version: u16, level: i32, key_every: u32) -> Result<Self, CodecError> {
         let mut cctx = CCtx::try_create().ok_or(CodecError::Zstd("out of memory"))?;
         cctx.set_parameter(CParameter::CompressionLevel(level))
             .map_err(zerr)?;
-        // The record head has its own checksum of the compressed bytes; the frame's content
-        // size lets a reader check the length before decompressing.
-        cctx.set_parameter(CParameter::ContentSizeFlag(true))
+        // The record head has its own checksum of the compressed bytes. Formats 1-4 put the
+        // content size in the frame too; format 5 leaves it to the head.
+        cctx.set_parameter(CParameter::ContentSizeFlag(version < 5))
             .map_err(zerr)?;
         Ok(Self {
             cctx,
             key: None,
             prev: None,
             prev_raw: Vec::new(),
+            prev_head: (0, 0),
             since_key: 0,
             key_every: key_every.max(1),
             level,
@@ -146,7 +160,11 @@ impl Encoder {
             let reference = delta.and_then(|k| k.tables.as_ref());
             let r;
             let b = if self.round {
-                r = rounded(b);
+                r = if self.version >= 5 {
+                    rounded(b)
+                } else {
+                    rounded_v4(b)
+                };
                 &r
             } else {
                 b
@@ -195,6 +213,13 @@ impl Encoder {
                 (KIND_KEY, offset)
             }
         };
+        if self.version >= 5 {
+            // Every frame starts with the same four bytes: the reader puts them back.
+            if out.get(..4) != Some(&ZSTD_MAGIC[..]) {
+                return Err(CodecError::Zstd("a frame without zstd's magic number"));
+            }
+            out.drain(..4);
+        }
         columns::stat(
             || {
                 format!(
@@ -242,7 +267,9 @@ impl Encoder {
             t_ms: b.t_ms,
             key_offset,
             payload_crc: crc32(&out),
+            after: (self.version >= 5 && kind == KIND_DELTA).then_some(self.prev_head),
         };
+        self.prev_head = (b.seq, b.t_ms);
         Ok((head, out))
     }
 }
@@ -363,18 +390,28 @@ fn to_us(ns: u64) -> u64 {
     ns.saturating_add(500) / 1000 * 1000
 }
 
-/// What format 2 records of a Batch: the same, with each process's on-CPU ns (`cpu`,
+/// What format 2 to 4 record of a Batch: the same, with each process's on-CPU ns (`cpu`,
 /// `cpu_exact`) and run-queue wait ns (`wait`, `wait_exact`) rounded to the nearest µs. The
 /// screens show these times in units of 0.1 ms at the finest (percentages of an interval or
 /// a second, milliseconds), so the rounding is below anything shown; the 10 ms burst bins keep
 /// the kernel's own 1,024 ns units, unchanged.
-pub fn rounded(b: &Batch) -> Batch {
+pub fn rounded_v4(b: &Batch) -> Batch {
     let mut b = b.clone();
     for r in b.cpu.iter_mut().chain(b.cpu_exact.iter_mut().flatten()) {
         r.ns = to_us(r.ns);
     }
     for r in b.wait.iter_mut().chain(b.wait_exact.iter_mut().flatten()) {
         r.ns = to_us(r.ns);
+    }
+    b
+}
+
+/// What format 5 records of a Batch: as [`rounded_v4`], and the times processes exited to
+/// the nearest µs too (no screen shows them; a replay's exports give them to the µs).
+pub fn rounded(b: &Batch) -> Batch {
+    let mut b = rounded_v4(b);
+    for e in &mut b.exits {
+        e.ts_ns = to_us(e.ts_ns);
     }
     b
 }

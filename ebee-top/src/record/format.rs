@@ -1,5 +1,6 @@
-//! The bytes of a recording: the file preamble, the metadata header, and the fixed-size head
-//! of every record. Pure encode/decode, no I/O; docs/recording-format.md describes the same
+//! The bytes of a recording: the file preamble, the metadata header, and the head of every
+//! record (48 bytes; from format 5 a delta's head is a short one, coded against the record
+//! before it). Pure encode/decode, no I/O; docs/recording-format.md describes the same
 //! layout for people writing their own reader.
 
 use serde::{Deserialize, Serialize};
@@ -8,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// ^Z catch files mangled by text-mode transfers.
 pub const MAGIC: [u8; 8] = [0x89, b'E', b'B', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The format version this build writes and the newest it reads.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 /// Bytes before the metadata JSON: magic, version, reserved, meta length, meta CRC.
 pub const PREAMBLE_LEN: usize = 20;
 /// Largest metadata JSON accepted.
@@ -16,8 +17,12 @@ pub const MAX_META_LEN: u32 = 64 * 1024;
 
 /// Start of every record head: lets a reader find the next record after damage.
 pub const SYNC: [u8; 4] = *b"EBRF";
-/// Bytes of a record head.
+/// Bytes of a record head (every record of formats 1-4, key records of format 5).
 pub const RECORD_HEAD_LEN: usize = 48;
+/// First byte of a format 5 delta's short head (a full head starts with `SYNC`'s "E").
+pub const DELTA_MARK: u8 = 0xd5;
+/// Most bytes of a short head: the mark, four varints of at most 10 bytes, two checksums.
+pub const MAX_SHORT_HEAD_LEN: usize = 1 + 4 * 10 + 4 + 2;
 /// Largest compressed payload accepted (a batch is tens of KiB compressed).
 pub const MAX_PAYLOAD_LEN: u32 = 16 * 1024 * 1024;
 /// Largest decompressed payload accepted.
@@ -172,19 +177,133 @@ pub struct RecordHead {
     pub key_offset: u64,
     /// CRC-32 of the compressed payload.
     pub payload_crc: u32,
+    /// Format 5 delta: the `seq` and `t_ms` of the record before it, which its short head is
+    /// coded against (None: the full 48-byte head).
+    pub after: Option<(u64, u64)>,
 }
 
-/// Why 48 bytes are not a valid record head.
+/// Why bytes are not a valid record head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeadError {
     NoSync,
     BadChecksum,
     /// The checksum matched but a length is beyond the limits: written by something else.
     TooLong,
+    /// A short head that the bytes given end inside of.
+    Short,
+}
+
+fn put_varint(out: &mut Vec<u8>, mut u: u64) {
+    while u >= 0x80 {
+        out.push(u as u8 | 0x80);
+        u >>= 7;
+    }
+    out.push(u as u8);
+}
+
+/// A LEB128 varint at `*at`, moving `*at` past it; None when `b` ends inside it or it does
+/// not fit in 64 bits.
+fn get_varint(b: &[u8], at: &mut usize) -> Result<u64, HeadError> {
+    let mut u = 0u64;
+    for shift in (0..64).step_by(7) {
+        let x = *b.get(*at).ok_or(HeadError::Short)?;
+        *at += 1;
+        if shift == 63 && x > 1 {
+            return Err(HeadError::TooLong);
+        }
+        u |= u64::from(x & 0x7f) << shift;
+        if x & 0x80 == 0 {
+            return Ok(u);
+        }
+    }
+    Err(HeadError::TooLong)
+}
+
+fn zigzag(x: i64) -> u64 {
+    ((x << 1) ^ (x >> 63)) as u64
+}
+
+fn unzigzag(u: u64) -> i64 {
+    ((u >> 1) as i64) ^ -((u & 1) as i64)
+}
+
+/// The four varints of a short head at the start of `b` (unchecked), and where its payload
+/// CRC starts; the two checksums must follow within `b`.
+pub fn short_head_fields(b: &[u8]) -> Result<(usize, [u64; 4]), HeadError> {
+    if b.first() != Some(&DELTA_MARK) {
+        return Err(HeadError::NoSync);
+    }
+    let mut at = 1;
+    let mut v = [0u64; 4];
+    for x in &mut v {
+        *x = get_varint(b, &mut at)?;
+    }
+    if b.len() < at + 6 {
+        return Err(HeadError::Short);
+    }
+    Ok((at, v))
 }
 
 impl RecordHead {
-    pub fn encode(&self) -> [u8; RECORD_HEAD_LEN] {
+    /// The head's bytes: the full 48 bytes, or a format 5 delta's short head (`after`).
+    pub fn encode(&self) -> Vec<u8> {
+        match self.after {
+            Some((seq, t_ms)) => self.encode_short(seq, t_ms),
+            None => self.encode_full().to_vec(),
+        }
+    }
+
+    /// A format 5 delta's head: `DELTA_MARK`, then LEB128 varints of the payload's compressed
+    /// and decompressed lengths, of `seq` less the record before's and of `t_ms` less the
+    /// record before's (zigzagged: a wall clock may step back), then the payload's CRC-32 and
+    /// the low 16 bits of the CRC-32 of the head's bytes before it. The kind is delta, the key
+    /// the record before's; a delta is read only after the record before it anyway.
+    fn encode_short(&self, seq: u64, t_ms: u64) -> Vec<u8> {
+        let mut b = Vec::with_capacity(MAX_SHORT_HEAD_LEN);
+        b.push(DELTA_MARK);
+        put_varint(&mut b, u64::from(self.payload_len));
+        put_varint(&mut b, u64::from(self.raw_len));
+        put_varint(&mut b, self.seq.wrapping_sub(seq));
+        put_varint(&mut b, zigzag(self.t_ms.wrapping_sub(t_ms) as i64));
+        b.extend_from_slice(&self.payload_crc.to_le_bytes());
+        let crc = crc32(&b) as u16;
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decode and check a format 5 delta's short head at the start of `b`, coded against
+    /// `before`, the head of the record before it.
+    pub fn decode_short(b: &[u8], before: &RecordHead) -> Result<Self, HeadError> {
+        let (at, [payload_len, raw_len, seq_step, t_step]) = short_head_fields(b)?;
+        let t_step = unzigzag(t_step);
+        if crc32(&b[..at + 4]) as u16 != le16(b, at + 4) {
+            return Err(HeadError::BadChecksum);
+        }
+        if payload_len > u64::from(MAX_PAYLOAD_LEN) || raw_len > u64::from(MAX_RAW_LEN) {
+            return Err(HeadError::TooLong);
+        }
+        Ok(Self {
+            kind: KIND_DELTA,
+            flags: 0,
+            payload_len: payload_len as u32,
+            raw_len: raw_len as u32,
+            seq: before.seq.wrapping_add(seq_step),
+            t_ms: before.t_ms.wrapping_add(t_step as u64),
+            key_offset: before.key_offset,
+            payload_crc: le32(b, at),
+            after: Some((before.seq, before.t_ms)),
+        })
+    }
+
+    /// Bytes of the head itself.
+    pub fn head_len(&self) -> u64 {
+        match self.after {
+            Some((seq, t_ms)) => self.encode_short(seq, t_ms).len() as u64,
+            None => RECORD_HEAD_LEN as u64,
+        }
+    }
+
+    fn encode_full(&self) -> [u8; RECORD_HEAD_LEN] {
         let mut b = [0u8; RECORD_HEAD_LEN];
         b[0..4].copy_from_slice(&SYNC);
         b[4] = self.kind;
@@ -218,6 +337,7 @@ impl RecordHead {
             t_ms: le64(b, 24),
             key_offset: le64(b, 32),
             payload_crc: le32(b, 40),
+            after: None,
         };
         if h.payload_len > MAX_PAYLOAD_LEN || h.raw_len > MAX_RAW_LEN {
             return Err(HeadError::TooLong);
@@ -227,7 +347,7 @@ impl RecordHead {
 
     /// Bytes of the whole record.
     pub fn total_len(&self) -> u64 {
-        RECORD_HEAD_LEN as u64 + u64::from(self.payload_len)
+        self.head_len() + u64::from(self.payload_len)
     }
 }
 
@@ -293,11 +413,12 @@ mod tests {
             t_ms: 1_700_000_000_000,
             key_offset: 4096,
             payload_crc: 0xdead_beef,
+            after: None,
         };
         let b = h.encode();
         assert_eq!(RecordHead::decode(&b), Ok(h));
         for i in 0..RECORD_HEAD_LEN * 8 {
-            let mut d = b;
+            let mut d = b.clone();
             d[i / 8] ^= 1 << (i % 8);
             assert!(RecordHead::decode(&d).is_err(), "bit {i} flipped unnoticed");
         }
@@ -306,5 +427,66 @@ mod tests {
             ..h
         };
         assert_eq!(RecordHead::decode(&big.encode()), Err(HeadError::TooLong));
+    }
+
+    #[test]
+    fn short_heads_round_trip_and_catch_every_bit_flip() {
+        let before = RecordHead {
+            kind: KIND_KEY,
+            payload_len: 5000,
+            raw_len: 9000,
+            seq: 41,
+            t_ms: 1_700_000_000_000,
+            key_offset: 4096,
+            ..Default::default()
+        };
+        for (seq, t_ms) in [(42, before.t_ms + 50), (u64::MAX, 3), (41, before.t_ms - 7)] {
+            let h = RecordHead {
+                kind: KIND_DELTA,
+                flags: 0,
+                payload_len: 1234,
+                raw_len: 99_999,
+                seq,
+                t_ms,
+                key_offset: 4096,
+                payload_crc: 0xdead_beef,
+                after: Some((before.seq, before.t_ms)),
+            };
+            let b = h.encode();
+            assert_eq!(b.len() as u64, h.head_len());
+            assert!(b.len() <= MAX_SHORT_HEAD_LEN);
+            assert_eq!(RecordHead::decode_short(&b, &before), Ok(h));
+            for cut in 0..b.len() {
+                assert!(RecordHead::decode_short(&b[..cut], &before).is_err());
+            }
+            for i in 0..b.len() * 8 {
+                let mut d = b.clone();
+                d[i / 8] ^= 1 << (i % 8);
+                assert_ne!(
+                    RecordHead::decode_short(&d, &before).ok(),
+                    Some(h),
+                    "bit {i} flipped unnoticed"
+                );
+            }
+        }
+        // A step of seq 1 and of 50 ms: 13 bytes where the full head takes 48.
+        let h = RecordHead {
+            kind: KIND_DELTA,
+            payload_len: 1300,
+            raw_len: 1700,
+            seq: 42,
+            t_ms: before.t_ms + 50,
+            after: Some((before.seq, before.t_ms)),
+            ..Default::default()
+        };
+        assert_eq!(h.head_len(), 13);
+        let huge = RecordHead {
+            payload_len: MAX_PAYLOAD_LEN + 1,
+            ..h
+        };
+        assert_eq!(
+            RecordHead::decode_short(&huge.encode(), &before),
+            Err(HeadError::TooLong)
+        );
     }
 }

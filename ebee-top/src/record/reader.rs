@@ -14,11 +14,11 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use super::RecordError;
-use super::codec::{CodecError, Decoder, KeyDict, parse, parse_chained};
+use super::codec::{CodecError, Decoder, KeyDict, ZSTD_MAGIC, parse, parse_chained};
 use super::columns::Tables;
 use super::format::{
-    HeadError, KIND_DELTA, KIND_KEY, Meta, PREAMBLE_LEN, PreambleError, RECORD_HEAD_LEN,
-    RecordHead, SYNC, crc32, decode_meta, decode_preamble,
+    DELTA_MARK, HeadError, KIND_DELTA, KIND_KEY, Meta, PREAMBLE_LEN, PreambleError,
+    RECORD_HEAD_LEN, RecordHead, SYNC, crc32, decode_meta, decode_preamble,
 };
 use crate::batch::Batch;
 use crate::time::TimeSpec;
@@ -200,17 +200,33 @@ impl<R: Read + Seek> Reader<R> {
         // Key records indexed so far, by offset: a delta needs its key to be good.
         let mut keys: HashMap<u64, ()> = HashMap::new();
         let mut head_buf = [0u8; RECORD_HEAD_LEN];
+        // Format 5: the head of the record just walked (good or not), what a short head is
+        // coded against; None after garbage, where only a key's full head can follow.
+        let mut before: Option<RecordHead> = None;
         while pos < self.len {
             let left = self.len - pos;
-            if left < RECORD_HEAD_LEN as u64 {
+            self.src.seek(SeekFrom::Start(pos))?;
+            let n = read_up_to(&mut self.src, &mut head_buf)?;
+            let b = &head_buf[..n];
+            let decoded = if self.version >= 5 && b.first() == Some(&DELTA_MARK) {
+                match &before {
+                    Some(h) => RecordHead::decode_short(b, h),
+                    None => Err(HeadError::NoSync),
+                }
+            } else if n < RECORD_HEAD_LEN {
                 self.tail_damage(pos)?;
                 break;
-            }
-            self.src.seek(SeekFrom::Start(pos))?;
-            self.src.read_exact(&mut head_buf)?;
-            let head = match RecordHead::decode(&head_buf) {
+            } else {
+                RecordHead::decode(b)
+            };
+            let head = match decoded {
                 Ok(h) => h,
+                Err(HeadError::Short) => {
+                    self.damage.push(Damage::Truncated { at: pos, len: left });
+                    break;
+                }
                 Err(HeadError::NoSync | HeadError::BadChecksum | HeadError::TooLong) => {
+                    before = None;
                     match self.find_sync(pos + 1)? {
                         Some(next) => {
                             self.damage.push(Damage::Garbage {
@@ -233,8 +249,10 @@ impl<R: Read + Seek> Reader<R> {
                 break;
             }
             let next = pos + head.total_len();
+            self.src.seek(SeekFrom::Start(pos + head.head_len()))?;
             self.buf.resize(head.payload_len as usize, 0);
             self.src.read_exact(&mut self.buf)?;
+            before = Some(head);
             if crc32(&self.buf) != head.payload_crc {
                 self.damage.push(Damage::BadChecksum {
                     at: pos,
@@ -346,29 +364,40 @@ impl<R: Read + Seek> Reader<R> {
         &self.damage
     }
 
+    /// The checked compressed payload of `e`, as a whole zstd frame.
     fn payload(&mut self, e: &Entry) -> Result<Vec<u8>, FrameError> {
         self.src
-            .seek(SeekFrom::Start(e.offset + RECORD_HEAD_LEN as u64))?;
+            .seek(SeekFrom::Start(e.offset + e.head.head_len()))?;
         let mut p = vec![0u8; e.head.payload_len as usize];
         self.src.read_exact(&mut p)?;
         if crc32(&p) != e.head.payload_crc {
             return Err(FrameError::Changed(e.offset));
         }
+        if self.version >= 5 {
+            // Format 5 leaves out the magic number every zstd frame starts with.
+            p.splice(0..0, ZSTD_MAGIC);
+        }
         Ok(p)
     }
 
-    fn raw(&mut self, i: usize) -> Result<Vec<u8>, FrameError> {
+    /// The decompressed payload of record `i`. A delta of format 4 or later has the record
+    /// before's decompressed payload (`before`) as its dictionary; older deltas their key's.
+    fn raw(&mut self, i: usize, before: Option<&[u8]>) -> Result<Vec<u8>, FrameError> {
         let e = self.entries[i];
         let p = self.payload(&e)?;
         if e.head.kind == KIND_KEY {
             return Ok(self.dec.decompress(&p, e.head.raw_len, None)?);
+        }
+        if self.version >= 4 {
+            let before = before.ok_or(FrameError::NoKey)?;
+            return Ok(self.dec.decompress_after(&p, e.head.raw_len, before)?);
         }
         if self.key.as_ref().map(|k| k.offset) != Some(e.head.key_offset) {
             let k = self
                 .entries
                 .binary_search_by_key(&e.head.key_offset, |x| x.offset)
                 .map_err(|_| FrameError::NoKey)?;
-            let kraw = self.raw(k)?;
+            let kraw = self.raw(k, None)?;
             self.key = Some(self.dec.key_dict(e.head.key_offset, &kraw, self.version)?);
         }
         let key = self.key.as_ref().ok_or(FrameError::NoKey)?;
@@ -383,7 +412,7 @@ impl<R: Read + Seek> Reader<R> {
         if self.version >= 3 {
             return self.read_chained(i);
         }
-        let raw = self.raw(i)?;
+        let raw = self.raw(i, None)?;
         let key = match self.entries[i].head.kind {
             KIND_KEY => None,
             _ => Some(self.key.as_ref().ok_or(FrameError::NoKey)?),
@@ -420,15 +449,8 @@ impl<R: Read + Seek> Reader<R> {
                 (false, Some((_, t, raw))) => Some((t, raw)),
                 (false, None) => return Err(FrameError::NoKey),
             };
-            // Format 4: a delta's zstd dictionary is the record before it, not its key.
-            let raw = match &held {
-                Some((_, before)) if self.version >= 4 => {
-                    let e = self.entries[j];
-                    let p = self.payload(&e)?;
-                    self.dec.decompress_after(&p, e.head.raw_len, before)?
-                }
-                _ => self.raw(j)?,
-            };
+            let before = held.as_ref().map(|(_, raw)| raw.as_slice());
+            let raw = self.raw(j, before)?;
             let (b, t) = parse_chained(&raw, held.map(|(t, _)| t), self.version)?;
             self.chain = Some((j, t, if self.version >= 4 { raw } else { Vec::new() }));
             last = Some(b);

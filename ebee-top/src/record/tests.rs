@@ -4,13 +4,13 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
-use super::format::{self, Meta, PREAMBLE_LEN, RECORD_HEAD_LEN};
+use super::format::{self, Meta, PREAMBLE_LEN};
 use super::reader::{self, Damage};
 use super::writer::{RecordOptions, Writer, rotated_path};
 use super::{Reader, RecordError};
 use crate::batch::Batch;
 use crate::batch::build;
-use crate::record::codec::{Encoder, rounded};
+use crate::record::codec::{Encoder, rounded, rounded_v4};
 
 /// A plausible interval as format 2 records it (times per process to the µs), so what is
 /// read back must be equal to it.
@@ -51,7 +51,7 @@ fn all(r: &mut Reader<impl std::io::Read + std::io::Seek>) -> Vec<Batch> {
 
 #[test]
 fn round_trip_is_exact() {
-    let batches: Vec<Batch> = (1..=250)
+    let batches: Vec<Batch> = (1..=450)
         .map(|s| plausible(s, 30 + (s % 7) as u32))
         .collect();
     let (_d, path, _) = record(&batches);
@@ -60,7 +60,7 @@ fn round_trip_is_exact() {
     assert!(r.damage().is_empty(), "{:?}", r.damage());
     assert_eq!(all(&mut r), batches);
     // Random access in any order gives the same.
-    for i in [249, 0, 101, 100, 99, 3] {
+    for i in [449, 0, 201, 200, 199, 3] {
         assert_eq!(r.read(i).unwrap(), batches[i]);
     }
     // More than one key record, and deltas in between.
@@ -159,11 +159,21 @@ fn the_committed_format_3_file_reads() {
     committed_file_reads(include_bytes!("testdata/v3-plausible-110.ebr"), 3);
 }
 
+#[test]
+fn the_committed_format_4_file_reads() {
+    // The same intervals written by the format 4 writer (`recsize fixture`, before format 5):
+    // full record heads, zstd frames with their magic number. Never regenerate it.
+    committed_file_reads(include_bytes!("testdata/v4-plausible-110.ebr"), 4);
+}
+
 fn committed_file_reads(bytes: &[u8], version: u16) {
     let mut r = reader::from_bytes(bytes).unwrap();
     assert_eq!(r.version(), version);
     assert!(r.damage().is_empty(), "{:?}", r.damage());
-    let want: Vec<Batch> = (1..=110).map(|s| plausible(s, 12)).collect();
+    // Written with the rounding of formats 2 to 4.
+    let want: Vec<Batch> = (1..=110)
+        .map(|s| rounded_v4(&build::plausible(s, 12)))
+        .collect();
     assert_eq!(all(&mut r), want);
     let keys = r
         .entries()
@@ -317,7 +327,8 @@ fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
         (0, (0..10).collect()),
     ] {
         let mut b = bytes.clone();
-        let at = entries[victim].offset as usize + RECORD_HEAD_LEN + 5;
+        let e = entries[victim];
+        let at = (e.offset + e.head.head_len()) as usize + 5;
         b[at] ^= 0x40;
         let mut r = reader::from_bytes(&b).unwrap();
         let want: Vec<Batch> = (0..10)
@@ -346,29 +357,23 @@ fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
 #[test]
 fn chained_formats_read_in_any_order_and_from_a_new_key_after_damage() {
     // Key spacing of 7 through the encoder: damage in the second group costs the rest of that
-    // group only; the third group reads whole, in any order. Format 4 (written now) and 3.
+    // group only; the third group reads whole, in any order. Formats 5 (written now), 4 and 3.
     let batches: Vec<Batch> = (1..=20).map(|s| plausible(s, 8)).collect();
     let lvl = super::codec::LEVEL;
     for mut enc in [
         Encoder::with_params(lvl, 7).unwrap(),
+        Encoder::v4(lvl, 7).unwrap(),
         Encoder::v3(lvl, 7).unwrap(),
     ] {
         let v = enc.version();
-        let mut bytes = format::encode_header(&meta());
-        bytes[8..10].copy_from_slice(&v.to_le_bytes());
-        let mut offsets = Vec::new();
-        for b in &batches {
-            let (head, payload) = enc.encode(b, bytes.len() as u64).unwrap();
-            offsets.push(bytes.len());
-            bytes.extend_from_slice(&head.encode());
-            bytes.extend_from_slice(&payload);
-        }
+        let (mut bytes, _) = encoded(&mut enc, &batches);
         let mut r = reader::from_bytes(&bytes).unwrap();
         assert_eq!(r.version(), v);
         for i in [19, 3, 0, 13, 14, 7, 6, 8, 2] {
             assert_eq!(r.read(i).unwrap(), batches[i], "format {v}, record {i}");
         }
-        bytes[offsets[9] + RECORD_HEAD_LEN + 3] ^= 0x10;
+        let e = r.entries()[9];
+        bytes[(e.offset + e.head.head_len()) as usize + 3] ^= 0x10;
         let mut r = reader::from_bytes(&bytes).unwrap();
         let kept: Vec<usize> = (0..9).chain(14..20).collect();
         assert_eq!(r.len(), kept.len());
@@ -378,25 +383,44 @@ fn chained_formats_read_in_any_order_and_from_a_new_key_after_damage() {
     }
 }
 
+/// `batches` through `enc` into the bytes of a file of its format; also each record's offset.
+fn encoded(enc: &mut Encoder, batches: &[Batch]) -> (Vec<u8>, Vec<usize>) {
+    let mut bytes = format::encode_header(&meta());
+    bytes[8..10].copy_from_slice(&enc.version().to_le_bytes());
+    let mut offsets = Vec::new();
+    for b in batches {
+        let (head, payload) = enc.encode(b, bytes.len() as u64).unwrap();
+        offsets.push(bytes.len());
+        bytes.extend_from_slice(&head.encode());
+        bytes.extend_from_slice(&payload);
+    }
+    (bytes, offsets)
+}
+
 #[test]
-fn a_damaged_record_head_is_skipped_by_finding_the_next_one() {
-    let batches: Vec<Batch> = (1..=6).map(|s| plausible(s, 6)).collect();
-    let (_d, _, bytes) = record(&batches);
-    let r = reader::from_bytes(&bytes).unwrap();
-    let e = r.entries()[2];
-    let mut b = bytes.clone();
-    // A length field: believed, it would swallow the rest of the file.
-    b[e.offset as usize + 10] ^= 0xff;
-    let mut r = reader::from_bytes(&b).unwrap();
-    // Format 3: the deltas after it were coded against it, so they go too.
-    let want: Vec<Batch> = [0, 1].iter().map(|&i| batches[i].clone()).collect();
-    assert_eq!(all(&mut r), want);
-    assert!(matches!(
-        r.damage(),
-        [Damage::Garbage { at, len }, Damage::NoPrevious { .. }, ..]
-            if *at == e.offset && *len == e.head.total_len()
-    ));
-    assert_eq!(r.damage().len(), 4);
+fn a_damaged_record_head_is_skipped_by_finding_the_next_key() {
+    // Keys at records 0, 3 and 6. A delta's short head (format 5) and a key's full head, each
+    // with a damaged length field: believed, it would swallow the rest of the file. Deltas
+    // need the record before them, so the reader starts again at the next key's head.
+    let batches: Vec<Batch> = (1..=9).map(|s| plausible(s, 6)).collect();
+    let mut enc = Encoder::with_params(super::codec::LEVEL, 3).unwrap();
+    let (bytes, offsets) = encoded(&mut enc, &batches);
+    assert_eq!(reader::from_bytes(&bytes).unwrap().len(), 9);
+    for (damaged, at, kept) in [
+        (4, 1, [0, 1, 2, 3, 6, 7, 8].as_slice()),
+        (3, 10, [0, 1, 2, 6, 7, 8].as_slice()),
+    ] {
+        let mut b = bytes.clone();
+        b[offsets[damaged] + at] ^= 0xff;
+        let mut r = reader::from_bytes(&b).unwrap();
+        let want: Vec<Batch> = kept.iter().map(|&i| batches[i].clone()).collect();
+        assert_eq!(all(&mut r), want, "record {damaged}");
+        let garbage = Damage::Garbage {
+            at: offsets[damaged] as u64,
+            len: (offsets[6] - offsets[damaged]) as u64,
+        };
+        assert_eq!(r.damage(), [garbage], "record {damaged}");
+    }
 }
 
 #[test]

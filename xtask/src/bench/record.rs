@@ -59,9 +59,10 @@ pub fn run(seconds: u64) -> Result<()> {
          the same intervals in one thread (`ebee-bench record-stats`); the recorder does the \
          encoding on its own thread, off the drain and UI loops. Format 1 (the Batch's JSON \
          under zstd, what ebee-top wrote before format 2), format 2 (columns coded against \
-         the key record, before format 3) and format 3 (columns coded against the record \
-         before, the key as every delta's zstd dictionary, before format 4) are measured by \
-         re-encoding the same intervals with the encoders kept for that.\n"
+         the key record, before format 3), format 3 (columns coded against the record \
+         before, the key as every delta's zstd dictionary, before format 4) and format 4 \
+         (48-byte record heads, whole zstd frames, a key record every 100, before format 5) \
+         are measured by re-encoding the same intervals with the encoders kept for that.\n"
     )?;
     table_head(
         &mut body,
@@ -77,6 +78,7 @@ pub fn run(seconds: u64) -> Result<()> {
             "format 1, MB per hour",
             "format 2, MB per hour",
             "format 3, MB per hour",
+            "format 4, MB per hour",
             "encode",
             "decode",
         ],
@@ -97,7 +99,7 @@ pub fn run(seconds: u64) -> Result<()> {
             let hour = |bytes: f64| bytes / f("mean_interval_ms").max(1e-9) * 3600.0 * 1000.0 / 1e6;
             writeln!(
                 body,
-                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | {:.0} | **{per_hour:.1}** | {:.0} | {:.0} | {:.1} | {:.0} µs | {:.0} µs |",
+                "| {name} | {ms} ms | {:.0} | {:.1} KB | {:.1} KB | {:.2} KB | {:.0} | **{per_hour:.1}** | {:.0} | {:.0} | {:.1} | {:.1} | {:.0} µs | {:.0} µs |",
                 f("processes_per_interval"),
                 f("raw_bytes_per_interval") / 1000.0,
                 f("key_bytes") / 1000.0,
@@ -106,6 +108,7 @@ pub fn run(seconds: u64) -> Result<()> {
                 hour(f("v1_bytes_per_interval")),
                 hour(f("v2_bytes_per_interval")),
                 hour(f("v3_bytes_per_interval")),
+                hour(f("v4_bytes_per_interval")),
                 f("encode_us"),
                 f("decode_us"),
             )?;
@@ -124,8 +127,8 @@ pub fn run(seconds: u64) -> Result<()> {
         &mut body,
         &[
             "workload",
-            "format 4",
-            "format 4, no wait table",
+            "format 5",
+            "format 5, no wait table",
             "format 1",
             "format 1, no wait table",
         ],
@@ -147,11 +150,11 @@ pub fn run(seconds: u64) -> Result<()> {
     }
     writeln!(
         body,
-        "\nFormat 4 with other zstd levels and key spacing (key every 1 = every record coded \
+        "\nFormat 5 with other zstd levels and key spacing (key every 1 = every record coded \
          alone; the default is level {} with a key at least every {} records). Bytes per \
          interval, and encode time:\n",
         ebee_top_level(),
-        100
+        200
     )?;
     table_head(
         &mut body,

@@ -1,6 +1,6 @@
 //! `record-stats`: size and cost of a recording. Reads a file back and reports bytes per
 //! interval (key and delta records), raw payload bytes, decode and encode time per interval,
-//! the same intervals re-encoded in formats 1 (JSON), 2 and 3, losslessly and without the
+//! the same intervals re-encoded in formats 1 (JSON), 2, 3 and 4, losslessly and without the
 //! wait table,
 //! and a sweep of zstd levels and key spacing re-encoding the same intervals.
 
@@ -70,6 +70,10 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
     // written before format 4.
     let (v3_bytes, v3_us) =
         encode_with(Encoder::v3(ebee_top::record::codec::LEVEL, 100)?, &batches)?;
+    // And in format 4 (full record heads, whole zstd frames, a key every 100), as written
+    // before format 5.
+    let (v4_bytes, v4_us) =
+        encode_with(Encoder::v4(ebee_top::record::codec::LEVEL, 100)?, &batches)?;
     let (lossless_bytes, _) = encode_with(Encoder::new()?.lossless(), &batches)?;
     let no_wait: Vec<_> = batches
         .iter()
@@ -91,7 +95,7 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
         rekeys += usize::from(h.kind == KIND_KEY);
     }
     for level in [1, 3, 9] {
-        for every in [1, 20, 100, 500] {
+        for every in [1, 20, 100, 200, 500] {
             let (bytes, us) = encode(level, every)?;
             sweep.push(json!({"level": level, "key_every": every, "bytes_per_interval": bytes, "encode_us": us}));
         }
@@ -116,6 +120,8 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
         "v2_encode_us": v2_us,
         "v3_bytes_per_interval": v3_bytes,
         "v3_encode_us": v3_us,
+        "v4_bytes_per_interval": v4_bytes,
+        "v4_encode_us": v4_us,
         "lossless_bytes_per_interval": lossless_bytes,
         "no_wait_bytes_per_interval": no_wait_bytes,
         "v1_no_wait_bytes_per_interval": v1_no_wait_bytes,
