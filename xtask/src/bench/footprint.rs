@@ -1,8 +1,10 @@
-//! `cargo xtask bench footprint`: what ebee-top takes from the machine it watches, in memory.
-//! The interactive screen in a 200x50 tmux pane with 1,000 idle processes and one pinned
-//! process, for long enough to fill its minute of burst history: resident memory sampled each
-//! second (steady: the median of the last 10 s) and its high-water mark; then `ebee-top -b -n
-//! 20`'s high-water mark (from start-up, where the kernel's BTF is parsed).
+//! `cargo xtask bench footprint`: what ebee-top takes from the machine it watches, issue 16's
+//! table in one command. Memory: the interactive screen in a 200x50 tmux pane with 1,000 idle
+//! processes and one pinned process, for long enough to fill its minute of burst history:
+//! resident memory sampled each second (steady: the median of the last 10 s) and its
+//! high-water mark; then `ebee-top -b -n 20`'s high-water mark (from start-up, where the
+//! kernel's BTF is parsed). Recording: a minute of the busy load at 50 ms. Pinned: what the
+//! syscall hooks add to another process's getppid, against no monitor and against empty hooks.
 
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
@@ -11,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 
 use super::scale::tmux_pane;
-use super::{bin, header, load_avg, median, publish, table_head, workload};
+use super::{bin, ebee_bench, header, load_avg, median, num, publish, table_head, workload};
 
 /// `VmRSS` and `VmHWM` of a process, in KiB.
 fn rss_hwm(pid: u32) -> Option<(u64, u64)> {
@@ -73,10 +75,15 @@ pub fn run(seconds: u64) -> Result<()> {
         std::thread::sleep(Duration::from_millis(10));
     }
 
+    drop(_idle);
+    drop(sleeper);
+    let rec = recording()?;
+    let hooks = pinned_other()?;
+
     let mut body = String::new();
     let cmd = format!("cargo xtask bench footprint --seconds {seconds}");
     let note = format!("  \nLoad average when it started: {}", load_avg());
-    header(&mut body, "Footprint: ebee-top's own memory", &cmd, &note)?;
+    header(&mut body, "Footprint: memory, recording size, pinned syscalls", &cmd, &note)?;
     writeln!(
         body,
         "The screen: `ebee-top -d 0.05 -p PID` in a 200x50 tmux pane for {seconds} s, with \
@@ -105,5 +112,108 @@ pub fn run(seconds: u64) -> Result<()> {
         "| batch, 20 intervals | – | {} | peak ≤ 20 |\n",
         mib(batch_hwm)
     )?;
+    writeln!(
+        body,
+        "Recording: `ebee-top -b -n {REC_INTERVALS} -d 0.05 --record` while `ebee-load mix \
+         --procs 200 --churn-per-s 100` runs (the busy load of the recording-size section); \
+         MB per hour from the file's size and the recorded intervals' own duration. Pinned: \
+         `ebee-bench overhead --kind getppid --calls {HOOK_CALLS} --rounds {HOOK_ROUNDS}` \
+         (modes in turn each round, medians; see the syscall-overhead section).\n"
+    )?;
+    table_head(&mut body, &["", "now", "target (issue 16)"])?;
+    writeln!(
+        body,
+        "| recording, busy machine ({:.0} processes per interval), 50 ms | {:.1} MB/h ({:.0} \
+         bytes per interval) | ≤ 100 MB/h |",
+        rec.procs, rec.mb_per_hour, rec.bytes_per_interval
+    )?;
+    writeln!(
+        body,
+        "| getppid of another process while one is pinned, over no monitor | {:+.0} ns | ≤ \
+         +150 ns |",
+        hooks.pinned_other
+    )?;
+    writeln!(
+        body,
+        "| the same with two empty programs on sys_enter and sys_exit (the floor of any \
+         enter/exit design) | {:+.0} ns | |",
+        hooks.empty_hooks
+    )?;
+    writeln!(
+        body,
+        "| pinned other over that floor | {:+.0} ns | |\n",
+        hooks.pinned_other - hooks.empty_hooks
+    )?;
     publish("footprint", &body)
+}
+
+/// Intervals of the recording row: a minute at 50 ms.
+const REC_INTERVALS: u64 = 1200;
+const HOOK_CALLS: u64 = 2_000_000;
+const HOOK_ROUNDS: u32 = 9;
+
+struct Recording {
+    procs: f64,
+    bytes_per_interval: f64,
+    mb_per_hour: f64,
+}
+
+/// A minute of the busy load recorded at 50 ms, and its size per hour.
+fn recording() -> Result<Recording> {
+    let dir = std::env::temp_dir().join(format!("ebee-bench-footprint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("busy.ebr");
+    let secs = (REC_INTERVALS / 20 + 10).to_string();
+    let load = workload(&[
+        "mix",
+        "--procs",
+        "200",
+        "--churn-per-s",
+        "100",
+        "--seconds",
+        &secs,
+    ])?;
+    std::thread::sleep(Duration::from_secs(3));
+    super::record::ebee_top_record(&file, REC_INTERVALS, 0.05)?;
+    drop(load);
+    let v = ebee_bench(&["record-stats", "--quick", "--file", &file.to_string_lossy()])?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let bytes = num(&v["file_bytes"]);
+    Ok(Recording {
+        procs: num(&v["processes_per_interval"]),
+        bytes_per_interval: bytes / num(&v["intervals"]).max(1.0),
+        mb_per_hour: bytes / num(&v["seconds"]).max(1e-9) * 3600.0 / 1e6,
+    })
+}
+
+struct Hooks {
+    pinned_other: f64,
+    empty_hooks: f64,
+}
+
+/// What another process's getppid pays while one is pinned, and the empty-hooks floor, both
+/// over no monitor (medians of alternating rounds).
+fn pinned_other() -> Result<Hooks> {
+    let v = ebee_bench(&[
+        "overhead",
+        "--calls",
+        &HOOK_CALLS.to_string(),
+        "--rounds",
+        &HOOK_ROUNDS.to_string(),
+        "--kind",
+        "getppid",
+    ])?;
+    let modes = v["modes"].as_array().cloned().unwrap_or_default();
+    let med = |name: &str| {
+        modes
+            .iter()
+            .find(|m| m["mode"].as_str() == Some(name))
+            .map(|m| num(&m["stats"]["median_ns"]))
+            .unwrap_or(f64::NAN)
+    };
+    let none = med("none");
+    Ok(Hooks {
+        pinned_other: med("pinned_other") - none,
+        empty_hooks: med("empty_hooks") - none,
+    })
 }

@@ -11,7 +11,7 @@ use anyhow::{Context as _, Result};
 use super::{as_root, ebee_bench, header, publish, table_head, workload};
 
 /// Run ebee-top (as root) recording `n` intervals of `delay_s` to `file`, output discarded.
-fn ebee_top_record(file: &std::path::Path, n: u64, delay_s: f64) -> Result<()> {
+pub fn ebee_top_record(file: &std::path::Path, n: u64, delay_s: f64) -> Result<()> {
     let st = as_root("ebee-top")
         .args(["-b", "--format", "json", "--force", "-n"])
         .arg(n.to_string())

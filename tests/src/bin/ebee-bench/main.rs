@@ -120,6 +120,9 @@ enum Cmd {
     RecordStats {
         #[arg(long)]
         file: std::path::PathBuf,
+        /// Only the file's own figures (size, time, records), no re-encoding.
+        #[arg(long)]
+        quick: bool,
     },
 }
 
@@ -155,7 +158,7 @@ fn main() {
             redis_rounds,
             redis_requests,
         } => servers::servers(calls, rounds, redis_rounds, redis_requests),
-        Cmd::RecordStats { file } => record_stats::record_stats(&file),
+        Cmd::RecordStats { file, quick } => record_stats::record_stats(&file, quick),
     };
     match r {
         Ok(v) => println!("{v}"),

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+pub fn record_stats(path: &std::path::Path, quick: bool) -> anyhow::Result<serde_json::Value> {
     use ebee_top::batch::Batch;
     use ebee_top::record::Reader;
     use ebee_top::record::codec::Encoder;
@@ -36,6 +36,20 @@ pub fn record_stats(path: &std::path::Path) -> anyhow::Result<serde_json::Value>
             v.iter().map(|e| e.head.total_len() as f64).sum::<f64>() / v.len() as f64
         }
     };
+    if quick {
+        return Ok(json!({
+            "intervals": batches.len(),
+            "file_bytes": file_bytes,
+            "seconds": interval_ns as f64 / 1e9,
+            "mean_interval_ms": interval_ns as f64 / n / 1e6,
+            "processes_per_interval": procs as f64 / n,
+            "version": r.version(),
+            "key_records": keys.len(),
+            "key_bytes": mean(&keys),
+            "delta_bytes": mean(&deltas),
+            "decode_us": decode_us,
+        }));
+    }
     // Re-encode the same intervals: default parameters (timed), then the sweep.
     let encode = |level: i32, every: u32| -> anyhow::Result<(f64, f64)> {
         let mut enc = Encoder::with_params(level, every)?;
