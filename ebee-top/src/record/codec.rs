@@ -314,8 +314,8 @@ impl Decoder {
         Ok(out)
     }
 
-    /// Decompress a format 4 delta's payload, whose dictionary is `prev`: the decompressed
-    /// payload of the record before it.
+    /// Decompress the payload of a delta of format 4 or later, whose dictionary is `prev`:
+    /// the decompressed payload of the record before it.
     pub fn decompress_after(
         &mut self,
         payload: &[u8],

@@ -83,7 +83,12 @@ pub fn run(seconds: u64) -> Result<()> {
     let mut body = String::new();
     let cmd = format!("cargo xtask bench footprint --seconds {seconds}");
     let note = format!("  \nLoad average when it started: {}", load_avg());
-    header(&mut body, "Footprint: memory, recording size, pinned syscalls", &cmd, &note)?;
+    header(
+        &mut body,
+        "Footprint: memory, recording size, pinned syscalls",
+        &cmd,
+        &note,
+    )?;
     writeln!(
         body,
         "The screen: `ebee-top -d 0.05 -p PID` in a 200x50 tmux pane for {seconds} s, with \
