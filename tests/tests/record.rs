@@ -373,13 +373,14 @@ fn bad_recordings_get_one_line_and_their_exit_code() {
 
     // Cut in the middle of the 11th record: ten intervals and one line saying so.
     let r = Reader::open(&good).unwrap();
-    let cut = r.entries()[10].offset as usize + 30;
+    let e = r.entries()[10];
+    let cut = (e.offset + e.head.total_len() / 2) as usize;
     std::fs::write(p("cut"), &bytes[..cut]).unwrap();
     let (code, out, err) = ebee_top(&["export", p("cut").to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 10);
     assert!(
-        err.contains("ends early") && err.contains(&format!("byte {}", cut - 30)),
+        err.contains("ends early") && err.contains(&format!("byte {}", e.offset)),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1);
@@ -387,7 +388,9 @@ fn bad_recordings_get_one_line_and_their_exit_code() {
     // A bad checksum in the 5th: skipped with a warning, the rest exported. In format 3 the
     // deltas after it up to the next key were coded against it: skipped too, each said.
     let mut bad = bytes.clone();
-    bad[r.entries()[4].offset as usize + 60] ^= 0x10;
+    let e = r.entries()[4];
+    // A byte in the middle of its payload (a short delta's head is 13 bytes or so).
+    bad[(e.offset + e.head.head_len() + u64::from(e.head.payload_len) / 2) as usize] ^= 0x10;
     std::fs::write(p("bad"), &bad).unwrap();
     let next_key = (5..r.len())
         .find(|&i| r.entries()[i].head.kind == ebee_top::record::format::KIND_KEY)
