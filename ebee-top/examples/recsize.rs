@@ -44,6 +44,38 @@ fn main() -> anyhow::Result<()> {
         println!("{} intervals, decode {us:.0} us each", r.len());
         return Ok(());
     }
+    if args.get(2).map(String::as_str) == Some("ingest") {
+        // recsize FILE ingest: fold every interval into a Model, timed (what a replay seek does
+        // for each interval it rebuilds from), and the time of one Model clone at the end.
+        let t = Instant::now();
+        let mut m = ebee_top::model::Model::new();
+        for b in &batches {
+            m.ingest(b);
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / batches.len().max(1) as f64;
+        let t = Instant::now();
+        let c = m.clone();
+        println!(
+            "{} intervals, ingest {us:.0} us each, clone {:.0} us",
+            batches.len(),
+            t.elapsed().as_secs_f64() * 1e6
+        );
+        let rss = || {
+            std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find(|l| l.starts_with("VmRSS:"))
+                        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                })
+                .unwrap_or(0)
+        };
+        let before = rss();
+        let more: Vec<_> = (0..10).map(|_| m.clone()).collect();
+        println!("a Model clone takes about {} KiB", (rss() - before) / 10);
+        drop((c, more));
+        return Ok(());
+    }
     if args.get(2).map(String::as_str) == Some("dump") {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         for b in &batches {

@@ -7,6 +7,7 @@ use ebee_top::{exit, frontend};
 
 fn main() {
     ebee_top::os::residency::no_fault_around();
+    ebee_top::os::residency::big_blocks_mapped();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -2,8 +2,9 @@
 //! table in one command. Memory: the interactive screen in a 200x50 tmux pane with 1,000 idle
 //! processes and one pinned process, for long enough to fill its minute of burst history:
 //! resident memory sampled each second (steady: the median of the last 10 s) and its
-//! high-water mark; then `ebee-top -b -n 20`'s high-water mark (from start-up, where the
-//! kernel's BTF is parsed). Recording: a minute of the busy load at 50 ms. Pinned: what the
+//! high-water mark; the same screen on the busy load (200 busy processes, 100 new a second);
+//! then `ebee-top -b -n 20`'s high-water mark (from start-up, where the kernel's BTF is
+//! parsed). Recording: a minute of the busy load at 50 ms. Pinned: what the
 //! syscall hooks add to another process's getppid, against no monitor and against empty hooks.
 
 use std::fmt::Write as _;
@@ -30,16 +31,11 @@ fn mib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / 1024.0)
 }
 
-pub fn run(seconds: u64) -> Result<()> {
-    let _idle = workload(&["idle", "--procs", "1000"])?;
-    let sleeper = workload(&["sleeper", "--ms", "1"])?;
-    std::thread::sleep(Duration::from_secs(2));
+/// The screen (`args`) in a 200x50 tmux pane for `seconds`: its resident memory sampled each
+/// second, (steady: the median of the last 10 samples, VmHWM), in KiB.
+fn screen_rss(args: &str, seconds: u64) -> Result<(u64, u64)> {
     let session = "ebee-footprint";
-    let cmd = format!(
-        "{} -d 0.05 -p {}",
-        bin("ebee-top").display(),
-        sleeper.0.id()
-    );
+    let cmd = format!("{} {args}", bin("ebee-top").display());
     let pid = tmux_pane(session, &cmd)?;
     let mut rss = Vec::new();
     let mut hwm = 0;
@@ -59,7 +55,18 @@ pub fn run(seconds: u64) -> Result<()> {
         .args(["kill-session", "-t", session])
         .status();
     anyhow::ensure!(rss.len() >= 10, "ebee-top's screen did not stay up");
-    let steady = median(rss[rss.len() - 10..].to_vec()) as u64;
+    Ok((median(rss[rss.len() - 10..].to_vec()) as u64, hwm))
+}
+
+/// How long the screen runs on the busy load: the minute of history filled twice over, so
+/// what turns over in it (bursts of busy processes, short-lived processes) has turned over.
+const BUSY_SECONDS: u64 = 150;
+
+pub fn run(seconds: u64) -> Result<()> {
+    let _idle = workload(&["idle", "--procs", "1000"])?;
+    let sleeper = workload(&["sleeper", "--ms", "1"])?;
+    std::thread::sleep(Duration::from_secs(2));
+    let (steady, hwm) = screen_rss(&format!("-d 0.05 -p {}", sleeper.0.id()), seconds)?;
 
     let mut b = Command::new(bin("ebee-top"))
         .args(["-b", "-n", "20", "-d", "0.05"])
@@ -77,6 +84,19 @@ pub fn run(seconds: u64) -> Result<()> {
 
     drop(_idle);
     drop(sleeper);
+    let busy = {
+        let _load = workload(&[
+            "mix",
+            "--procs",
+            "200",
+            "--churn-per-s",
+            "100",
+            "--seconds",
+            &(BUSY_SECONDS + 10).to_string(),
+        ])?;
+        std::thread::sleep(Duration::from_secs(2));
+        screen_rss("-d 0.05", BUSY_SECONDS)?
+    };
     let rec = recording()?;
     let hooks = pinned_other()?;
 
@@ -94,8 +114,10 @@ pub fn run(seconds: u64) -> Result<()> {
         "The screen: `ebee-top -d 0.05 -p PID` in a 200x50 tmux pane for {seconds} s, with \
          `ebee-load idle --procs 1000` and a pinned `ebee-load sleeper`; resident memory \
          (VmRSS) sampled every second, steady = the median of the last 10 samples, peak = \
-         VmHWM. Batch: `ebee-top -b -n 20 -d 0.05`, its VmHWM polled every 10 ms until it \
-         exits.\n"
+         VmHWM. The same screen (`-d 0.05`, no pin) for {BUSY_SECONDS} s on the busy load of \
+         the recording row below: 200 processes with Zipf-skewed duty cycles and 100 new \
+         processes a second, each with a minute of 10 ms history. Batch: `ebee-top -b -n 20 \
+         -d 0.05`, its VmHWM polled every 10 ms until it exits.\n"
     )?;
     table_head(
         &mut body,
@@ -111,6 +133,12 @@ pub fn run(seconds: u64) -> Result<()> {
         "| screen, 1,000 processes, a minute of history, one pin | {} | {} | steady ≤ 12, peak ≤ 20 |",
         mib(steady),
         mib(hwm)
+    )?;
+    writeln!(
+        body,
+        "| screen, busy machine (200 busy processes, 100 new a second), {BUSY_SECONDS} s | {} | {} | |",
+        mib(busy.0),
+        mib(busy.1)
     )?;
     writeln!(
         body,

@@ -7,34 +7,124 @@ use super::{CELL_NS, HISTORY_CELLS, ProcTable};
 use crate::batch::Batch;
 
 /// On-CPU ns per 10 ms cell, sparse: only cells with time in them, oldest first.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Compact, because a busy process has time in every cell of the minute kept (6,000 cells,
+/// and as many again of run-queue wait): a cell is its offset from `base` and its ns, both
+/// `u32`, 8 bytes where (u64, u64) took 16, in a deque grown by a quarter at a time (not
+/// doubled) and shrunk as the history drains. A cell with more than `u32::MAX` ns (4.3 s in
+/// 10 ms: over 429 CPUs, or as many threads waiting) goes on in further pairs of the same
+/// offset, which every reader sums.
+#[derive(Clone, Debug, Default)]
 pub struct Burst {
-    cells: VecDeque<(u64, u64)>,
+    /// The cell of offset 0.
+    base: u64,
+    cells: VecDeque<(u32, u32)>,
 }
 
+impl PartialEq for Burst {
+    /// The same ns in the same cells, however they are stored.
+    fn eq(&self, other: &Self) -> bool {
+        self.merged().eq(other.merged())
+    }
+}
+
+impl Eq for Burst {}
+
 impl Burst {
+    /// (cell, ns) of every stored pair, oldest first (a cell over `u32::MAX` ns more than once).
+    fn pairs(&self) -> impl DoubleEndedIterator<Item = (u64, u64)> + '_ {
+        self.cells
+            .iter()
+            .map(|&(o, v)| (self.base + u64::from(o), u64::from(v)))
+    }
+
+    /// (cell, ns) with each cell once.
+    fn merged(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut it = self.pairs().peekable();
+        std::iter::from_fn(move || {
+            let (c, mut v) = it.next()?;
+            while let Some(&(c2, v2)) = it.peek()
+                && c2 == c
+            {
+                v += v2;
+                it.next();
+            }
+            Some((c, v))
+        })
+    }
+
     pub(super) fn add(&mut self, cell: u64, ns: u64) {
         if ns == 0 {
             return;
         }
-        match self.cells.back_mut() {
-            // Same cell (or, after the grid moved by a fraction of a cell, an earlier one):
-            // merge rather than break the order.
-            Some((c, v)) if *c >= cell => *v += ns,
-            _ => self.cells.push_back((cell, ns)),
+        let base = self.base;
+        // Same cell (or, after the grid moved by a fraction of a cell, an earlier one): merge
+        // rather than break the order.
+        if let Some((o, v)) = self.cells.back_mut()
+            && base + u64::from(*o) >= cell
+        {
+            let put = ns.min(u64::from(u32::MAX - *v));
+            *v += put as u32;
+            let o = *o;
+            self.push(o, ns - put);
+            return;
+        }
+        let o = self.offset_of(cell);
+        self.push(o, ns);
+    }
+
+    /// The offset of `cell`, at or after the newest stored one: a new base when the deque is
+    /// empty, or when the offset would not fit (after 497 days of one process's history).
+    fn offset_of(&mut self, cell: u64) -> u32 {
+        let Some(&(front, _)) = self.cells.front() else {
+            self.base = cell;
+            return 0;
+        };
+        if let Ok(o) = u32::try_from(cell - self.base) {
+            return o;
+        }
+        self.base += u64::from(front);
+        for p in &mut self.cells {
+            p.0 -= front;
+        }
+        u32::try_from(cell - self.base).unwrap_or_else(|_| {
+            // Nothing stored is within 497 days of it.
+            self.cells.clear();
+            self.base = cell;
+            0
+        })
+    }
+
+    fn push(&mut self, o: u32, mut ns: u64) {
+        while ns > 0 {
+            if self.cells.len() == self.cells.capacity() {
+                self.cells.reserve_exact((self.cells.len() / 4).max(8));
+            }
+            let part = ns.min(u64::from(u32::MAX));
+            self.cells.push_back((o, part as u32));
+            ns -= part;
         }
     }
 
     pub(super) fn trim(&mut self, first_kept: u64) {
-        while self.cells.front().is_some_and(|(c, _)| *c < first_kept) {
+        let keep = first_kept.saturating_sub(self.base);
+        while self
+            .cells
+            .front()
+            .is_some_and(|&(o, _)| u64::from(o) < keep)
+        {
             self.cells.pop_front();
+        }
+        let (len, cap) = (self.cells.len(), self.cells.capacity());
+        if cap > 16 && len < cap / 2 {
+            self.cells.shrink_to(len + len / 4);
         }
     }
 
     /// ns per cell for the `n` cells ending with `last` (inclusive), oldest first.
     pub fn dense(&self, last: u64, n: usize) -> Vec<u64> {
         let mut out = vec![0u64; n];
-        for &(c, v) in self.cells.iter().rev() {
+        for (c, v) in self.pairs().rev() {
             if c > last {
                 continue;
             }
@@ -50,8 +140,7 @@ impl Burst {
 
     /// Sum of the cells from `first` to `last` inclusive.
     pub fn sum(&self, first: u64, last: u64) -> u64 {
-        self.cells
-            .iter()
+        self.pairs()
             .rev()
             .take_while(|(c, _)| *c >= first)
             .filter(|(c, _)| *c <= last)
@@ -65,7 +154,7 @@ impl Burst {
 
     /// The oldest cell with time in it.
     pub(super) fn first_cell(&self) -> Option<u64> {
-        self.cells.front().map(|(c, _)| *c)
+        self.cells.front().map(|&(o, _)| self.base + u64::from(o))
     }
 }
 

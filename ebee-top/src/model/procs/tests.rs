@@ -166,6 +166,39 @@ fn damaged_times_neither_panic_nor_spread_past_the_history() {
 }
 
 #[test]
+fn a_burst_keeps_exact_ns_in_its_compact_cells() {
+    // A cell over u32::MAX ns (430 CPUs' worth in 10 ms) goes on in a second pair, summed.
+    let big = u64::from(u32::MAX) + 5;
+    let mut b = Burst::default();
+    b.add(7, 3);
+    b.add(7, big);
+    b.add(6, 1); // an earlier cell merges into the newest
+    b.add(9, 2);
+    assert_eq!(b.sum(0, 100), big + 6);
+    assert_eq!(b.dense(9, 4), vec![0, big + 4, 0, 2]);
+    let mut c = Burst::default();
+    c.add(7, big + 4);
+    c.add(9, 2);
+    assert_eq!(b, c, "the same ns per cell, stored in other pairs");
+    c.add(9, 1);
+    assert_ne!(b, c);
+    // A cell past the offset range moves the base to the oldest stored cell...
+    let far = 8 + u64::from(u32::MAX);
+    b.trim(9);
+    b.add(far, 4);
+    assert_eq!(b.first_cell(), Some(9));
+    assert_eq!(b.sum(0, u64::MAX), 6);
+    assert_eq!(b.dense(far, 1), vec![4]);
+    // ...and one 497 days past everything stored starts over.
+    b.add(far + far, 8);
+    assert_eq!(b.first_cell(), Some(far + far));
+    assert_eq!(b.sum(0, u64::MAX), 8);
+    // Trimmed empty, it holds no memory.
+    b.trim(u64::MAX);
+    assert!(b.is_empty());
+}
+
+#[test]
 fn short_history_is_right_aligned() {
     let mut t = ProcTable::new();
     t.ingest(&batch(1, &[(7, 10 * MS, &[0, 0, 0, 0, 10 * MS])]));

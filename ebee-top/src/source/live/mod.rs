@@ -39,6 +39,8 @@ pub struct Live {
     mem_exact: Option<MemTable>,
     /// Cgroup paths and memory, process cgroups, thread names.
     cg: cgroup::CgroupSide,
+    /// The heap's free pages, handed back now and then.
+    heap: crate::os::residency::HeapTrim,
 }
 
 impl Live {
@@ -62,6 +64,7 @@ impl Live {
         }
         Ok(Self {
             cg: cgroup::CgroupSide::new(probes.cgroup_fs().cloned()),
+            heap: crate::os::residency::HeapTrim::new(),
             mem,
             mem_exact,
             probes,
@@ -101,6 +104,8 @@ impl Live {
 
 impl Source for Live {
     fn next_batch(&mut self) -> anyhow::Result<Option<Batch>> {
+        // In the time before the tick, which is idle.
+        self.heap.tick();
         let now = Instant::now();
         if self.deadline > now {
             std::thread::sleep(self.deadline - now);
