@@ -1,5 +1,6 @@
 //! Developer tool: re-encode a recording's intervals with the current encoder and print the
-//! bytes per interval (`recsize FILE`), or dump its Batches as JSON lines (`recsize FILE dump`).
+//! bytes per interval (`recsize FILE`), dump its Batches as JSON lines (`recsize FILE dump`),
+//! or time decoding (`recsize FILE decode`) and folding into a Model (`recsize FILE ingest`).
 
 use std::io::Write as _;
 use std::time::Instant;

@@ -5,7 +5,8 @@
 //! read-only mappings are marked for random access (no fault-around: a page comes in when it
 //! runs), and once the programs are loaded the pages loading touched are handed back; the ones
 //! that run again come back one by one. Both are advice: on a kernel that refuses them nothing
-//! changes but the resident size.
+//! changes but the resident size. The heap's side is here too: big blocks get pages of their
+//! own, and free pages go back to the kernel now and then.
 
 /// The read-only mappings (text and constants) of our own executable: (start, length).
 fn exe_ranges() -> Vec<(usize, usize)> {

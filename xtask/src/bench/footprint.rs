@@ -85,15 +85,7 @@ pub fn run(seconds: u64) -> Result<()> {
     drop(_idle);
     drop(sleeper);
     let busy = {
-        let _load = workload(&[
-            "mix",
-            "--procs",
-            "200",
-            "--churn-per-s",
-            "100",
-            "--seconds",
-            &(BUSY_SECONDS + 10).to_string(),
-        ])?;
+        let _load = busy_load(BUSY_SECONDS + 10)?;
         std::thread::sleep(Duration::from_secs(2));
         screen_rss("-d 0.05", BUSY_SECONDS)?
     };
@@ -191,21 +183,26 @@ struct Recording {
     mb_per_hour: f64,
 }
 
-/// A minute of the busy load recorded at 50 ms, and its size per hour.
-fn recording() -> Result<Recording> {
-    let dir = std::env::temp_dir().join(format!("ebee-bench-footprint-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("busy.ebr");
-    let secs = (REC_INTERVALS / 20 + 10).to_string();
-    let load = workload(&[
+/// The busy load of the recording-size section (200 processes with Zipf-skewed duty cycles,
+/// 100 new a second), for `seconds`.
+fn busy_load(seconds: u64) -> Result<super::Workload> {
+    workload(&[
         "mix",
         "--procs",
         "200",
         "--churn-per-s",
         "100",
         "--seconds",
-        &secs,
-    ])?;
+        &seconds.to_string(),
+    ])
+}
+
+/// A minute of the busy load recorded at 50 ms, and its size per hour.
+fn recording() -> Result<Recording> {
+    let dir = std::env::temp_dir().join(format!("ebee-bench-footprint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("busy.ebr");
+    let load = busy_load(REC_INTERVALS / 20 + 10)?;
     std::thread::sleep(Duration::from_secs(3));
     super::record::ebee_top_record(&file, REC_INTERVALS, 0.05)?;
     drop(load);
