@@ -234,7 +234,12 @@ fn try_cpu_flip(ctx: &RawTracePointContext) -> Result<u32, i64> {
         // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
         if let Ok(upto) = unsafe { bpf_probe_read_kernel(at as *const u64) } {
             let start = s.last_ts;
-            if start != 0 && upto > start {
+            if start == 0 {
+                // No switch on this CPU since attaching (a task that has held it since
+                // before ebee-top started): start the clock here, or that task would go
+                // uncharged until it leaves the CPU, which a real-time spinner may never do.
+                s.last_ts = upto;
+            } else if upto > start {
                 let cg = crate::cgroup::key_of_addr(task);
                 let tid = if threads != 0 { pid_tgid as u32 } else { 0 };
                 charge_or_count(s, cur, cg, tid, start, upto);
