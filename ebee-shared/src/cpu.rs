@@ -129,6 +129,12 @@ pub struct CpuState {
     pub flip_ts: u64,
     /// Start of the running task's slice: the last switch (0: none seen yet).
     pub last_ts: u64,
+    /// CLOCK_MONOTONIC less this CPU's task clock, read at a switch (0: not yet). It grows
+    /// only by the steal and interrupt time the task clock leaves out, so it maps a flip's
+    /// monotonic time into the task clock where no switch does (`cpu_flip`).
+    pub clock_off: u64,
+    /// Nonzero: `cpu_flip` moved this CPU, and its next switch reads `clock_off` again.
+    pub off_stale: u64,
     /// Burst-bin geometry of the interval being written.
     pub bins: BinCfg,
 }
@@ -253,7 +259,7 @@ mod tests {
     #[test]
     fn layout_has_no_padding() {
         assert_eq!(core::mem::size_of::<CpuSlot>(), 32);
-        assert_eq!(core::mem::size_of::<CpuState>(), 48);
+        assert_eq!(core::mem::size_of::<CpuState>(), 64);
         assert_eq!(core::mem::size_of::<CpuFlipArgs>(), 32);
         assert_eq!(core::mem::size_of::<CpuTrace>(), 48);
         assert_eq!(

@@ -111,14 +111,22 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
         // late (its kick thread waited for the CPU) would otherwise shift every bin of its
         // interval by that delay. The delay is read in the flip's monotonic clock (one clock
         // read per CPU per interval, here only) and taken off this task-clock stamp.
-        let late = crate::now_ns().saturating_sub(ctl::flip_ns(epoch));
+        let mono = crate::now_ns();
+        let late = mono.saturating_sub(ctl::flip_ns(epoch));
         s.flip_ts = now.saturating_sub(late);
+        s.clock_off = mono.saturating_sub(now);
+        s.off_stale = 0;
         // An empty asm block without `nomem` is a compiler barrier (the BPF backend cannot
         // lower `compiler_fence`).
         // SAFETY: no instructions.
         unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
         // SAFETY: this CPU's value, as above.
         unsafe { core::ptr::write_volatile(&raw mut s.epoch, epoch) };
+    } else if s.off_stale != 0 {
+        // The first switch after `cpu_flip` moved this CPU (no switch opened its interval, so
+        // none read the clock offset): read it here, for that CPU's next `cpu_flip`.
+        s.clock_off = crate::now_ns().saturating_sub(now);
+        s.off_stale = 0;
     }
     Ok(0)
 }
@@ -255,7 +263,22 @@ fn try_cpu_flip(ctx: &RawTracePointContext) -> Result<u32, i64> {
         recip: ctx.arg::<u64>(2),
         unit_shift: ctx.arg::<u64>(3),
     };
-    s.flip_ts = s.last_ts;
+    // Bin 0 starts at the flip, in this CPU's task clock: the flip's monotonic time less the
+    // clock offset last read at a switch (off by the steal time since, a few ms at worst).
+    // Without an offset, the slice start (before the flip by up to a tick for a running task,
+    // but by as long as the CPU has idled for an idle one). Never after the running task's
+    // slice start (its time would fall before bin 0), never before an idle CPU's.
+    let off = s.clock_off;
+    s.flip_ts = if off == 0 {
+        s.last_ts
+    } else {
+        let at = ctl::flip_ns(epoch).saturating_sub(off);
+        match (cur != 0, at > s.last_ts) {
+            (true, true) | (false, false) => s.last_ts,
+            _ => at,
+        }
+    };
+    s.off_stale = 1;
     s.epoch = epoch;
     Ok(0)
 }
