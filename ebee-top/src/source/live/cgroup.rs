@@ -37,6 +37,11 @@ pub struct CgroupSide {
     removed_checked: Instant,
     /// tid -> (name, start ticks, read at).
     thread_names: HashMap<u32, (String, u64, Instant)>,
+    /// Processes that exited in this interval and the one before: forgotten at the end of
+    /// each, after the rows that still name them (a dying task may be charged once more in
+    /// the next interval, and is filled in again then).
+    exited: Vec<u32>,
+    exited_before: Vec<u32>,
 }
 
 impl CgroupSide {
@@ -50,13 +55,39 @@ impl CgroupSide {
             recent: HashMap::new(),
             removed_checked: Instant::now(),
             thread_names: HashMap::new(),
+            exited: Vec::new(),
+            exited_before: Vec::new(),
         }
     }
 
-    /// A process exec'd or exited: forget its cgroup and its threads' names.
+    /// A process exec'd: forget its cgroup.
     pub fn forget(&mut self, pid: u32) {
         self.of_pid.remove(&pid);
         self.key_of_pid.remove(&pid);
+    }
+
+    /// A process exited: forget its cgroup at the end of this interval and of the next.
+    /// Forgetting it at once left it cached for good (this interval's rows charge and fill
+    /// it in again): with 100 new processes a second, a few hundred KiB a minute, and a
+    /// reused pid showed the dead process's cgroup.
+    pub fn exited(&mut self, pid: u32) {
+        self.exited.push(pid);
+    }
+
+    /// The interval's rows are made: forget the processes that exited in it and in the one
+    /// before.
+    pub fn end_interval(&mut self) {
+        let before = std::mem::replace(&mut self.exited_before, std::mem::take(&mut self.exited));
+        for &pid in before.iter().chain(&self.exited_before) {
+            self.of_pid.remove(&pid);
+            self.key_of_pid.remove(&pid);
+        }
+    }
+
+    /// Entries cached per process (tests).
+    #[cfg(test)]
+    fn cached(&self) -> (usize, usize) {
+        (self.of_pid.len(), self.key_of_pid.len())
     }
 
     fn path(&mut self, key: u32) -> String {
@@ -250,5 +281,45 @@ fn row(c: &CgCharge, path: String, rss_bytes: Option<u64>) -> CgroupRow {
         cpu_ns: c.cpu_ns,
         wait_ns: c.wait_ns,
         rss_bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::os::cgroup::{Want, detect};
+
+    /// A process that exits is filled in by the rows of its last interval (and may be charged
+    /// once more in the next): it must not stay cached after that.
+    #[test]
+    fn an_exited_process_leaves_no_cgroup_behind() {
+        let Some(fs) = detect(Want::Auto) else {
+            eprintln!("no cgroup hierarchy mounted here; nothing to cache");
+            return;
+        };
+        let mut side = CgroupSide::new(Some(fs));
+        let pid = std::process::id();
+        let fill = |side: &mut CgroupSide| {
+            let mut info = ProcInfo {
+                pid,
+                ..Default::default()
+            };
+            side.fill(&mut info);
+            info.cgroup
+        };
+        assert!(!fill(&mut side).is_empty(), "our own cgroup from /proc");
+        // The exit event, then this interval's rows, which still name the process.
+        side.exited(pid);
+        fill(&mut side);
+        side.end_interval();
+        assert_eq!(side.cached(), (0, 0));
+        // Charged once more in the next interval.
+        fill(&mut side);
+        side.end_interval();
+        assert_eq!(side.cached(), (0, 0));
+        // A process that lives on stays cached.
+        fill(&mut side);
+        side.end_interval();
+        assert_eq!(side.cached(), (1, 0));
     }
 }

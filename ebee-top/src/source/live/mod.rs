@@ -139,7 +139,7 @@ impl Source for Live {
                     self.cg.forget(ev.tgid);
                 }
                 EVENT_EXIT => {
-                    self.cg.forget(ev.tgid);
+                    self.cg.exited(ev.tgid);
                     self.mem.exit(ev.tgid);
                     if let Some(t) = self.mem_exact.as_mut() {
                         t.exit(ev.tgid);
@@ -235,6 +235,7 @@ impl Source for Live {
         };
         self.qos_timeouts = raw.qos_handshake_timeouts;
         self.procs.end_interval();
+        self.cg.end_interval();
 
         let cost = self
             .cost
