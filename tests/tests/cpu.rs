@@ -250,14 +250,7 @@ fn a_real_time_spinner_is_charged_in_every_interval() {
     if !privileged("a_real_time_spinner_is_charged_in_every_interval") {
         return;
     }
-    let spinner = ebee_tests::Proc(
-        std::process::Command::new("taskset")
-            .args(["-c", "1", "chrt", "-f", "50"])
-            .arg(ebee_tests::bin("ebee-load"))
-            .args(["burn", "--duty", "1.0", "--seconds", "5"])
-            .spawn()
-            .expect("taskset/chrt (util-linux)"),
-    );
+    let spinner = rt_spinner("5");
     let pid = spinner.pid();
     std::thread::sleep(Duration::from_millis(50));
     let mut p = probes(ProbeConfig::default());
@@ -335,21 +328,7 @@ fn burst_bins_are_where_and_what_the_process_ran() {
     }
     let mut p = probes(ProbeConfig::default());
     p.set_threads(true).unwrap();
-    let mut child = spawn_guarded(
-        Command::new(bin("ebee-load"))
-            .args([
-                "bursts",
-                "--burst-ms",
-                "25",
-                "--idle-ms",
-                "75",
-                "--seconds",
-                "3",
-                "--log",
-            ])
-            .stdout(Stdio::piped()),
-    )
-    .unwrap();
+    let mut child = bursts(&[]);
     let pid = child.pid();
     let (mut procs, mut threads) = (Vec::new(), Vec::new());
     let (mut from, mut to) = (u64::MAX, 0);
@@ -372,6 +351,35 @@ fn burst_bins_are_where_and_what_the_process_ran() {
     for (what, bins) in [("process", &procs), ("thread", &threads)] {
         check_bursts(what, bins, &bursts, timeouts);
     }
+}
+
+/// A SCHED_FIFO 50 task spinning on CPU 1 for `seconds`.
+fn rt_spinner(seconds: &str) -> ebee_tests::Proc {
+    ebee_tests::Proc(
+        Command::new("taskset")
+            .args(["-c", "1", "chrt", "-f", "50"])
+            .arg(bin("ebee-load"))
+            .args(["burn", "--duty", "1.0", "--seconds", seconds])
+            .spawn()
+            .expect("taskset/chrt (util-linux)"),
+    )
+}
+
+/// `ebee-load bursts --log`, 25 ms every 100 ms for 3 s, started through `wrap` (a command
+/// and its arguments, or nothing).
+fn bursts(wrap: &[&str]) -> ebee_tests::Proc {
+    let mut cmd = match wrap.split_first() {
+        Some((prog, args)) => {
+            let mut c = Command::new(prog);
+            c.args(args).arg(bin("ebee-load"));
+            c
+        }
+        None => Command::new(bin("ebee-load")),
+    };
+    cmd.args(["bursts", "--burst-ms", "25", "--idle-ms", "75"])
+        .args(["--seconds", "3", "--log"])
+        .stdout(Stdio::piped());
+    spawn_guarded(&mut cmd).unwrap()
 }
 
 /// The bursts `ebee-load bursts --log` printed (start, end, thread CPU ns), those inside
@@ -463,14 +471,7 @@ fn burst_bins_are_right_on_a_cpu_moved_by_ipi() {
         return;
     }
     let mut p = probes(ProbeConfig::default());
-    let spinner = ebee_tests::Proc(
-        Command::new("taskset")
-            .args(["-c", "1", "chrt", "-f", "50"])
-            .arg(bin("ebee-load"))
-            .args(["burn", "--duty", "1.0", "--seconds", "0.6"])
-            .spawn()
-            .expect("taskset/chrt (util-linux)"),
-    );
+    let spinner = rt_spinner("0.6");
     let mut moved_in_a_row = 0;
     for _ in 0..40 {
         std::thread::sleep(TICK);
@@ -486,23 +487,7 @@ fn burst_bins_are_right_on_a_cpu_moved_by_ipi() {
     }
     assert!(moved_in_a_row >= 4, "the spinner's CPU was not given up on");
     drop(spinner);
-    let mut child = spawn_guarded(
-        Command::new("taskset")
-            .args(["-c", "1"])
-            .arg(bin("ebee-load"))
-            .args([
-                "bursts",
-                "--burst-ms",
-                "25",
-                "--idle-ms",
-                "75",
-                "--seconds",
-                "3",
-                "--log",
-            ])
-            .stdout(Stdio::piped()),
-    )
-    .unwrap();
+    let mut child = bursts(&["taskset", "-c", "1"]);
     let pid = child.pid();
     let mut procs = Vec::new();
     let (mut from, mut to, mut moved, mut n) = (u64::MAX, 0, 0, 0);
