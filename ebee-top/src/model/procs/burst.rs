@@ -9,16 +9,34 @@ use crate::batch::Batch;
 /// On-CPU ns per 10 ms cell, sparse: only cells with time in them, oldest first.
 ///
 /// Compact, because a busy process has time in every cell of the minute kept (6,000 cells,
-/// and as many again of run-queue wait): a cell is its offset from `base` and its ns, both
-/// `u32`, 8 bytes where (u64, u64) took 16, in a deque grown by a quarter at a time (not
-/// doubled) and shrunk as the history drains. A cell with more than `u32::MAX` ns (4.3 s in
-/// 10 ms: over 429 CPUs, or as many threads waiting) goes on in further pairs of the same
-/// offset, which every reader sums.
+/// and as many again of run-queue wait): a stored pair is 8 bytes, in a deque grown by a
+/// quarter at a time (not doubled) and shrunk as the history drains. Its first word is the
+/// offset of its cell from `base` (24 bits) and a run length (8 bits: up to 256 cells in a row
+/// that hold the same ns, as a process busy all the time has, and as an interval's wait
+/// spread evenly over its cells has); its second word is the ns of each cell of the run. A
+/// cell with more than `u32::MAX` ns (4.3 s in 10 ms: over 429 CPUs, or as many threads
+/// waiting) goes on in further pairs of the same offset, which every reader sums.
 #[derive(Clone, Debug, Default)]
 pub struct Burst {
     /// The cell of offset 0.
     base: u64,
     cells: VecDeque<(u32, u32)>,
+}
+
+/// Offsets fit in 24 bits (46 hours of cells; the history kept is a minute, and the base
+/// moves up to the oldest stored cell when a new one would not fit).
+const OFFSET_MAX: u32 = (1 << 24) - 1;
+/// Cells in one run, at most.
+const RUN_MAX: u32 = 256;
+
+/// (offset, run, ns) of a stored pair.
+fn unpack(p: (u32, u32)) -> (u32, u32, u32) {
+    (p.0 & OFFSET_MAX, (p.0 >> 24) + 1, p.1)
+}
+
+fn pack(offset: u32, run: u32, ns: u32) -> (u32, u32) {
+    debug_assert!(offset <= OFFSET_MAX && (1..=RUN_MAX).contains(&run));
+    (offset | ((run - 1) << 24), ns)
 }
 
 impl PartialEq for Burst {
@@ -31,11 +49,14 @@ impl PartialEq for Burst {
 impl Eq for Burst {}
 
 impl Burst {
-    /// (cell, ns) of every stored pair, oldest first (a cell over `u32::MAX` ns more than once).
+    /// (cell, ns) of every cell of every stored pair, oldest first (a cell over `u32::MAX` ns
+    /// more than once).
     fn pairs(&self) -> impl DoubleEndedIterator<Item = (u64, u64)> + '_ {
-        self.cells
-            .iter()
-            .map(|&(o, v)| (self.base + u64::from(o), u64::from(v)))
+        self.cells.iter().flat_map(|&p| {
+            let (o, run, v) = unpack(p);
+            let first = self.base + u64::from(o);
+            (first..first + u64::from(run)).map(move |c| (c, u64::from(v)))
+        })
     }
 
     /// (cell, ns) with each cell once.
@@ -58,37 +79,52 @@ impl Burst {
             return;
         }
         let base = self.base;
-        // Same cell (or, after the grid moved by a fraction of a cell, an earlier one): merge
-        // rather than break the order.
-        if let Some((o, v)) = self.cells.back_mut()
-            && base + u64::from(*o) >= cell
-        {
-            let put = ns.min(u64::from(u32::MAX - *v));
-            *v += put as u32;
-            let o = *o;
-            self.push(o, ns - put);
-            return;
+        if let Some(back) = self.cells.back_mut() {
+            let (o, run, v) = unpack(*back);
+            let last = base + u64::from(o) + u64::from(run) - 1;
+            // Same cell (or, after the grid moved by a fraction of a cell, an earlier one):
+            // merge into the newest cell rather than break the order.
+            if last >= cell {
+                let newest = o + run - 1;
+                if run > 1 {
+                    *back = pack(o, run - 1, v);
+                    self.push(newest, u64::from(v) + ns);
+                } else {
+                    let put = ns.min(u64::from(u32::MAX - v));
+                    *back = pack(o, 1, v + put as u32);
+                    self.push(newest, ns - put);
+                }
+                return;
+            }
+            // The next cell with the same ns: one more in the run.
+            if cell == last + 1 && ns == u64::from(v) && run < RUN_MAX && o + run <= OFFSET_MAX {
+                *back = pack(o, run + 1, v);
+                return;
+            }
         }
         let o = self.offset_of(cell);
         self.push(o, ns);
     }
 
-    /// The offset of `cell`, at or after the newest stored one: a new base when the deque is
-    /// empty, or when the offset would not fit (after 497 days of one process's history).
+    /// The offset of `cell`, after every stored one: a new base when the deque is empty, or
+    /// when the offset would not fit.
     fn offset_of(&mut self, cell: u64) -> u32 {
-        let Some(&(front, _)) = self.cells.front() else {
+        let Some(&front) = self.cells.front() else {
             self.base = cell;
             return 0;
         };
-        if let Ok(o) = u32::try_from(cell - self.base) {
+        let fits = |base: u64| u32::try_from(cell - base).ok().filter(|&o| o <= OFFSET_MAX);
+        if let Some(o) = fits(self.base) {
             return o;
         }
+        let (front, _, _) = unpack(front);
         self.base += u64::from(front);
         for p in &mut self.cells {
-            p.0 -= front;
+            let (o, run, v) = unpack(*p);
+            *p = pack(o - front, run, v);
         }
-        u32::try_from(cell - self.base).unwrap_or_else(|_| {
-            // Nothing stored is within 497 days of it.
+        fits(self.base).unwrap_or_else(|| {
+            // Nothing stored is within 46 hours of it.
             self.cells.clear();
             self.base = cell;
             0
@@ -101,19 +137,27 @@ impl Burst {
                 self.cells.reserve_exact((self.cells.len() / 4).max(8));
             }
             let part = ns.min(u64::from(u32::MAX));
-            self.cells.push_back((o, part as u32));
+            self.cells.push_back(pack(o, 1, part as u32));
             ns -= part;
         }
     }
 
     pub(super) fn trim(&mut self, first_kept: u64) {
         let keep = first_kept.saturating_sub(self.base);
-        while self
-            .cells
-            .front()
-            .is_some_and(|&(o, _)| u64::from(o) < keep)
-        {
-            self.cells.pop_front();
+        while let Some(front) = self.cells.front_mut() {
+            let (o, run, v) = unpack(*front);
+            let end = u64::from(o) + u64::from(run);
+            if end <= keep {
+                self.cells.pop_front();
+                continue;
+            }
+            if u64::from(o) < keep {
+                // A run that starts before `first_kept`: keep its cells from there on
+                // (`keep` is below its end, so it fits).
+                let k = keep as u32;
+                *front = pack(k, run - (k - o), v);
+            }
+            break;
         }
         let (len, cap) = (self.cells.len(), self.cells.capacity());
         if cap > 16 && len < cap / 2 {
@@ -154,7 +198,15 @@ impl Burst {
 
     /// The oldest cell with time in it.
     pub(super) fn first_cell(&self) -> Option<u64> {
-        self.cells.front().map(|&(o, _)| self.base + u64::from(o))
+        self.cells
+            .front()
+            .map(|&p| self.base + u64::from(unpack(p).0))
+    }
+
+    /// Pairs stored (tests: the runs are what keep it small).
+    #[cfg(test)]
+    pub(super) fn stored(&self) -> usize {
+        self.cells.len()
     }
 }
 

@@ -182,14 +182,14 @@ fn a_burst_keeps_exact_ns_in_its_compact_cells() {
     assert_eq!(b, c, "the same ns per cell, stored in other pairs");
     c.add(9, 1);
     assert_ne!(b, c);
-    // A cell past the offset range moves the base to the oldest stored cell...
-    let far = 8 + u64::from(u32::MAX);
+    // A cell past the offset range (24 bits) moves the base to the oldest stored cell...
+    let far = 8 + (1 << 24);
     b.trim(9);
     b.add(far, 4);
     assert_eq!(b.first_cell(), Some(9));
     assert_eq!(b.sum(0, u64::MAX), 6);
     assert_eq!(b.dense(far, 1), vec![4]);
-    // ...and one 497 days past everything stored starts over.
+    // ...and one 46 hours past everything stored starts over.
     b.add(far + far, 8);
     assert_eq!(b.first_cell(), Some(far + far));
     assert_eq!(b.sum(0, u64::MAX), 8);
@@ -468,4 +468,44 @@ proptest::proptest! {
             proptest::prop_assert_eq!(fast.now_cell(), full.now_cell());
         }
     }
+}
+
+#[test]
+fn equal_cells_in_a_row_are_stored_as_runs() {
+    // A process busy all the time: 10 ms in each of 600 cells, in 3 pairs (runs of 256).
+    let mut b = Burst::default();
+    for c in 100..700 {
+        b.add(c, 10 * MS);
+    }
+    assert_eq!(b.stored(), 3);
+    assert_eq!(b.sum(0, u64::MAX), 600 * 10 * MS);
+    assert_eq!(b.sum(650, 651), 20 * MS);
+    assert_eq!(b.dense(701, 4), vec![10 * MS, 10 * MS, 0, 0]);
+    assert_eq!(b.first_cell(), Some(100));
+    // Trimmed in the middle of a run, the rest of the run stays.
+    b.trim(300);
+    assert_eq!(b.first_cell(), Some(300));
+    assert_eq!(b.sum(0, u64::MAX), 400 * 10 * MS);
+    // More in the newest cell splits it off its run; the same cells one by one are equal.
+    b.add(699, 5);
+    b.add(698, 1); // an earlier cell merges into the newest, as before
+    let mut one = Burst::default();
+    for c in 300..700 {
+        one.add(c, 10 * MS);
+    }
+    assert_ne!(b, one);
+    one.add(699, 6);
+    assert_eq!(b, one);
+    assert_eq!(b.dense(700, 3), vec![10 * MS, 10 * MS + 6, 0]);
+    // A wait spread over an interval's cells: 4 equal and 1 with the remainder, 2 pairs.
+    let mut w = Burst::default();
+    for (c, v) in [(0, 7), (1, 7), (2, 7), (3, 7), (4, 9)] {
+        w.add(c, v);
+    }
+    assert_eq!(w.stored(), 2);
+    assert_eq!(w.dense(4, 5), vec![7, 7, 7, 7, 9]);
+    // A gap ends a run.
+    w.add(6, 9);
+    assert_eq!(w.stored(), 3);
+    assert_eq!(w.sum(5, 6), 9);
 }
