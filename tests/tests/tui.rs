@@ -83,23 +83,82 @@ impl Tmux {
 
     /// Wait (up to 20 s) until the screen satisfies `ok`; the screen, or a panic with it.
     fn wait(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let end = Instant::now() + Duration::from_secs(20);
+        self.wait_for(what, 20, ok)
+    }
+
+    /// The first screen of a test (up to 60 s: ebee-top loads and verifies its programs
+    /// first, which a busy machine can slow). A start that took over 5 s is reported, with
+    /// what ebee-top's threads were doing: once in a full suite, nothing showed for 20 s.
+    fn started(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        let mut slow = false;
+        self.wait_for(what, 60, |s| {
+            let done = ok(s);
+            if !done && !slow && t0.elapsed() > Duration::from_secs(5) {
+                slow = true;
+                eprintln!("{what}: nothing after 5 s; ebee-top:\n{}", self.threads());
+            }
+            done
+        });
+        if slow {
+            eprintln!("{what}: shown after {:.1} s", t0.elapsed().as_secs_f64());
+        }
+        self.capture()
+    }
+
+    fn wait_for(&self, what: &str, secs: u64, mut ok: impl FnMut(&str) -> bool) -> String {
+        let end = Instant::now() + Duration::from_secs(secs);
         loop {
             let s = self.capture();
             if ok(&s) {
                 return s;
             }
-            assert!(Instant::now() < end, "waiting for {what}; the screen:\n{s}");
+            assert!(
+                Instant::now() < end,
+                "waiting for {what}; the screen:\n{s}\nebee-top:\n{}",
+                self.threads()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
 
+    /// Each thread of ebee-top (the shell's child): name, state, where it sleeps in the
+    /// kernel, and its kernel stack (for a report; empty when there is none yet).
+    fn threads(&self) -> String {
+        let Some(pid) = self.try_pid() else {
+            return "(not started)".into();
+        };
+        let mut out = String::new();
+        for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+        {
+            let Ok(t) = t else { continue };
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+            let stat = read("stat");
+            let state = stat.rsplit(") ").next().and_then(|r| r.split(' ').next());
+            out += &format!(
+                "{} {} {} {}\n{}",
+                t.file_name().to_string_lossy(),
+                read("comm").trim(),
+                state.unwrap_or("?"),
+                read("wchan"),
+                read("stack")
+            );
+        }
+        out
+    }
+
     /// Pid of ebee-top: the shell's child.
     fn pid(&self) -> i32 {
-        let sh = std::fs::read_to_string(&self.pidfile).unwrap();
+        self.try_pid().expect("ebee-top's pid")
+    }
+
+    fn try_pid(&self) -> Option<i32> {
+        let sh = std::fs::read_to_string(&self.pidfile).ok()?;
         let sh = sh.trim();
-        let children = std::fs::read_to_string(format!("/proc/{sh}/task/{sh}/children")).unwrap();
-        children.split_whitespace().next().unwrap().parse().unwrap()
+        let children = std::fs::read_to_string(format!("/proc/{sh}/task/{sh}/children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
     }
 
     /// After ebee-top ended: (exit status, alternate screen on, cursor visible).
@@ -149,7 +208,7 @@ fn keys_drive_the_screen_and_quit_restores_the_terminal() {
     }
     let burner = load(&["burn", "--duty", "1.0"]);
     let t = Tmux::start("keys", 120, 40, "-d 0.05");
-    let s = t.wait("the table with the burner", |s| {
+    let s = t.started("the table with the burner", |s| {
         s.contains("PID") && s.contains(&format!(" {} ", burner.pid()))
     });
     assert!(s.contains("BURST"), "{s}");
@@ -240,7 +299,7 @@ fn signals_restore_the_terminal() {
         (libc::SIGHUP, "hup"),
     ] {
         let t = Tmux::start(name, 80, 24, "--ascii --color never");
-        t.wait("the screen", |s| s.contains("PID"));
+        t.started("the screen", |s| s.contains("PID"));
         // SAFETY: kill has no memory preconditions; the pid is our child's.
         assert_eq!(unsafe { libc::kill(t.pid(), sig) }, 0);
         let (status, alt, cursor) = t.ended();
@@ -256,7 +315,7 @@ fn a_small_terminal_gets_a_message_not_a_panic() {
         return;
     }
     let t = Tmux::start("small", 30, 6, "");
-    t.wait("the message", |s| s.contains("terminal too small"));
+    t.started("the message", |s| s.contains("terminal too small"));
     tmux(&["resize-window", "-t", &t.name, "-x", "80", "-y", "24"]);
     t.wait("the screen after growing", |s| s.contains("PID"));
     t.keys(&["q"]);
@@ -291,7 +350,7 @@ fn cgroups_and_threads_keys_on_the_real_screen() {
     .unwrap();
     let t = Tmux::start("cg", 140, 40, "-d 0.05");
     // The first Batches have come when the load's rows are up.
-    t.wait("the table with the load", |s| {
+    t.started("the table with the load", |s| {
         s.contains("ebee-load thread")
     });
     t.keys(&["C"]);
