@@ -9,12 +9,14 @@ mod replay;
 mod tests;
 mod update;
 
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use crate::model::Model;
 use crate::model::cgroups::CgroupView;
 use crate::model::procs::{Order, ProcEntry, ProcKey};
 use crate::model::servers::{ServerSort, ServerView};
+use crate::model::tree::{self, Measures, Parents, TreeRow};
 use crate::os::details::Details;
 use crate::os::host::HostInfo;
 
@@ -57,6 +59,21 @@ pub enum Overlay {
     Help,
     /// The details popup; None while /proc is being read.
     Details(ProcKey, Option<Box<Details>>),
+    /// The signal menu (F9).
+    Signal(SignalMenu),
+}
+
+/// The signal menu: the processes it acts on (the tagged ones, else the selected one), the
+/// signal under the cursor, and whether the operator is being asked to confirm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SignalMenu {
+    /// Each target and its command line as it was chosen.
+    pub targets: Vec<(ProcKey, String)>,
+    /// Index in `os::act::SIGNALS`.
+    pub cursor: usize,
+    pub confirm: bool,
+    /// Digits typed to pick a signal by number.
+    pub typed: String,
 }
 
 /// The most processes the kernel follows for QoS.
@@ -103,6 +120,12 @@ pub struct App {
     /// Threads instead of processes in the process table (`H`, `-H`), once Batches carry
     /// them.
     pub threads: bool,
+    /// The process table as a tree (`t`, F5).
+    pub tree: bool,
+    /// Processes whose subtree is folded into their row in the tree.
+    pub collapsed: HashSet<ProcKey>,
+    /// Processes tagged for a signal or a renice (`T`).
+    pub tagged: BTreeSet<ProcKey>,
 }
 
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -128,6 +151,10 @@ pub const NO_CGROUPS: &str =
 pub const THREADS_ON: &str = "threads: one row per thread (from the next interval on)";
 pub const THREADS_OFF: &str = "processes: one row per process";
 pub const NO_THREADS: &str = "this recording has no threads (record with -H to have them)";
+pub const TREE_ON: &str = "tree: processes under their parents (Left/Right: collapse/expand)";
+pub const TREE_OFF: &str = "flat: the heaviest processes first";
+/// What F7, F8 and F9 say in a replay.
+pub const NO_ACT: &str = "a recording cannot be acted on: signals and nice values are live only";
 pub const SORTED_RPS: &str = "servers sorted by requests per second";
 pub const SORTED_P99: &str = "servers sorted by p99 latency";
 
@@ -159,6 +186,9 @@ impl App {
             srv_selected: 0,
             cg_selected: 0,
             threads: false,
+            tree: false,
+            collapsed: HashSet::new(),
+            tagged: BTreeSet::new(),
         }
     }
 
@@ -172,9 +202,48 @@ impl App {
         self.threads && self.shown().threads_on
     }
 
-    /// The table rows to draw, in order: at least `k`, more when the screen has room.
+    /// The table rows to draw, in order: at least `k`, more when the screen has room (in the
+    /// tree, every row the tree has).
     pub fn table_rows(&self) -> Vec<&ProcEntry> {
-        let fit = usize::from(self.screen.1).saturating_sub(6);
+        if self.tree {
+            return self.tree_rows(true).into_iter().map(|r| r.entry).collect();
+        }
+        self.flat_rows(usize::from(self.screen.1).saturating_sub(6))
+    }
+
+    /// The process table as a tree: every process the flat table could list (filtered, in its
+    /// order), under its parent, with the ancestors that lead to them; `ascii` picks the
+    /// branch glyphs.
+    pub fn tree_rows(&self, ascii: bool) -> Vec<TreeRow<'_>> {
+        let m = self.shown();
+        let listed = self.flat_rows(usize::MAX);
+        let rss = |e: &ProcEntry| {
+            if e.exited() {
+                None
+            } else {
+                m.mem.sketch.rss_of(e.tgid)
+            }
+        };
+        let threads = self.showing_threads();
+        let net = |e: &ProcEntry| {
+            if threads {
+                None
+            } else {
+                m.servers.net_rate(e.key.pid)
+            }
+        };
+        let measures = Measures { rss, net };
+        if threads {
+            let p = ThreadParents { m };
+            tree::build(&listed, &p, &self.collapsed, ascii, &measures)
+        } else {
+            let p = ProcParents { m };
+            tree::build(&listed, &p, &self.collapsed, ascii, &measures)
+        }
+    }
+
+    /// The flat table's rows: pinned first, then the `fit` (at least `k`) heaviest.
+    fn flat_rows(&self, fit: usize) -> Vec<&ProcEntry> {
         let m = self.shown();
         if self.showing_threads() {
             // A thread's RES is its process's.
@@ -203,6 +272,19 @@ impl App {
         };
         let net = |pid| m.servers.net_rate(pid).map(|(rx, tx)| rx + tx);
         m.table.ranked_by(self.k.max(fit), &self.filter, order, net)
+    }
+
+    /// The processes an action applies to: the tagged ones still listed, else the selected
+    /// process.
+    pub fn targets(&self) -> Vec<&ProcEntry> {
+        if !self.tagged.is_empty() {
+            let m = self.shown();
+            let t: Vec<&ProcEntry> = self.tagged.iter().filter_map(|k| m.table.get(k)).collect();
+            if !t.is_empty() {
+                return t;
+            }
+        }
+        self.selected_process().into_iter().collect()
     }
 
     /// The SERVERS table's rows, in order, filtered like the process table.
@@ -271,5 +353,45 @@ impl App {
             Some(e) if procs.contains(&e.key.pid) => Some(e.key.pid),
             _ => procs.first().copied(),
         }
+    }
+}
+
+/// Parents in the process table: from the lineage the Batches carry.
+struct ProcParents<'a> {
+    m: &'a Model,
+}
+
+impl<'a> Parents<'a> for ProcParents<'a> {
+    fn parent_of(&self, e: &ProcEntry) -> Option<u32> {
+        self.m.lineage.ppid(e.key.pid)
+    }
+
+    fn row_for(&self, pid: u32) -> Option<&'a ProcEntry> {
+        self.m
+            .table
+            .by_pid(pid)
+            .or_else(|| self.m.lineage.entry(pid))
+    }
+}
+
+/// Parents in the thread table: a thread under its process's main thread, a main thread under
+/// its process's parent.
+struct ThreadParents<'a> {
+    m: &'a Model,
+}
+
+impl<'a> Parents<'a> for ThreadParents<'a> {
+    fn parent_of(&self, e: &ProcEntry) -> Option<u32> {
+        if e.tgid != 0 && e.key.pid != e.tgid {
+            return Some(e.tgid);
+        }
+        self.m.lineage.ppid(e.key.pid)
+    }
+
+    fn row_for(&self, pid: u32) -> Option<&'a ProcEntry> {
+        self.m
+            .threads
+            .by_pid(pid)
+            .or_else(|| self.m.lineage.entry(pid))
     }
 }

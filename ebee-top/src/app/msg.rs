@@ -46,5 +46,14 @@ pub enum Effect {
     Details(ProcKey),
     /// Pass a command to the replay thread.
     Replay(ReplayCmd),
+    /// Take a handle (a pidfd, checked by start time) on each of these processes, for a signal
+    /// to come; the handles taken before are dropped.
+    Hold(Vec<ProcKey>),
+    /// Send this signal to the processes held, then drop them.
+    Signal(i32),
+    /// Drop the held processes (the signal menu was closed).
+    Release,
+    /// Change the nice value of every thread of these processes by this step.
+    Renice(Vec<ProcKey>, i32),
     Quit,
 }

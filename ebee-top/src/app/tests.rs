@@ -223,3 +223,166 @@ fn m_sorts_by_resident_memory_when_the_batches_carry_it() {
     a.update(ch('P'));
     assert_eq!(order(&a), vec![1, 2, 3]);
 }
+
+/// A process with a parent, as the live source reports it.
+fn child(pid: u32, ppid: u32, comm: &str) -> ProcInfo {
+    ProcInfo {
+        ppid: Some(ppid),
+        start_ticks: u64::from(pid),
+        ..ProcInfo::named(pid, comm)
+    }
+}
+
+/// A 1 s interval: `make` (10) idle under `bash` (2, in `lineage` only), its two `cc`
+/// children busy (11: 30%, 12: 50%), `cc1` (13) under 12 at 10%, and `sshd` (3) alone.
+fn family() -> Box<Batch> {
+    let mut b = Batch::build(1, 0, 1_000_000_000)
+        .cpu(12, 500_000_000, &[])
+        .cpu(11, 300_000_000, &[])
+        .cpu(13, 100_000_000, &[])
+        .cpu(3, 50_000_000, &[])
+        .proc(child(12, 10, "cc"))
+        .proc(child(11, 10, "cc"))
+        .proc(child(13, 12, "cc1"))
+        .proc(child(3, 1, "sshd"))
+        .done();
+    b.lineage = vec![child(10, 2, "make"), child(2, 1, "bash")];
+    Box::new(b)
+}
+
+fn tree_text(a: &App) -> Vec<String> {
+    a.tree_rows(true)
+        .iter()
+        .map(|r| format!("{}{}", r.prefix, r.entry.comm))
+        .collect()
+}
+
+#[test]
+fn the_tree_puts_children_under_parents_in_the_table_order_with_their_ancestors() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.update(Msg::Batch(family()));
+    a.update(key(KeyCode::Char('t')));
+    assert!(a.tree);
+    // bash and make are idle: shown only to lead to the compilers, after the busy roots.
+    assert_eq!(
+        tree_text(&a),
+        [
+            "sshd",
+            "bash",
+            "`- make",
+            "   |- cc",
+            "   |  `- cc1",
+            "   `- cc"
+        ]
+    );
+    let rows = a.tree_rows(false);
+    assert!(rows[1].context && rows[2].context && !rows[3].context);
+    assert_eq!(rows[3].entry.key.pid, 12, "the busier cc first");
+    assert_eq!(rows[4].prefix, "   │  └─ ");
+    // The filter keeps the matching rows and the ancestors that lead to them.
+    a.filter = "cc1".into();
+    assert_eq!(
+        tree_text(&a),
+        ["bash", "`- make", "   `- cc", "      `- cc1"]
+    );
+}
+
+#[test]
+fn a_folded_subtree_sums_its_members() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.update(Msg::Batch(family()));
+    a.update(key(KeyCode::F(5)));
+    // Select make and fold it.
+    let make = a.table_rows().iter().position(|e| e.key.pid == 10).unwrap();
+    a.update(key(KeyCode::Home));
+    for _ in 0..make {
+        a.update(key(KeyCode::Down));
+    }
+    assert_eq!(a.selected_key.map(|k| k.pid), Some(10));
+    a.update(key(KeyCode::Left));
+    let rows = a.tree_rows(true);
+    assert_eq!(rows.len(), 3, "sshd, bash, make folded");
+    let r = &rows[2];
+    assert!(r.collapsed);
+    let s = r.sums.as_ref().unwrap();
+    assert_eq!(s.members, 4);
+    let members: f64 = [11, 12, 13]
+        .iter()
+        .map(|p| a.model.table.by_pid(*p).unwrap().cpu_pct)
+        .sum();
+    assert!((s.cpu_pct - members).abs() < 1e-9 && (s.cpu_pct - 90.0).abs() < 1e-6);
+    // Left again goes to the parent; Right on make unfolds it.
+    a.update(key(KeyCode::Left));
+    assert_eq!(a.selected_key.map(|k| k.pid), Some(2));
+    a.update(key(KeyCode::Down));
+    a.update(key(KeyCode::Right));
+    assert_eq!(a.tree_rows(true).len(), 6);
+}
+
+#[test]
+fn a_parent_younger_than_its_child_is_a_reused_pid_not_the_parent() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    let mut b = Batch::build(1, 0, 1_000_000_000)
+        .cpu(50, 100_000_000, &[])
+        .proc(child(50, 40, "orphan"))
+        .done();
+    // Pid 40 now names a process that started after 50.
+    b.lineage = vec![ProcInfo {
+        start_ticks: 99,
+        ..child(40, 1, "newcomer")
+    }];
+    a.update(Msg::Batch(Box::new(b)));
+    a.tree = true;
+    let t = tree_text(&a);
+    assert!(
+        t.contains(&"orphan".to_string()),
+        "a root of its own: {t:?}"
+    );
+}
+
+#[test]
+fn signals_and_nice_act_on_the_selection_or_the_tagged_and_never_in_a_replay() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.update(Msg::Batch(batch(3)));
+    // F9: the menu holds the selected process; Enter asks, y sends TERM (first).
+    let top = a.selected_key.unwrap();
+    assert_eq!(a.update(key(KeyCode::F(9))), Effect::Hold(vec![top]));
+    assert_eq!(a.update(key(KeyCode::Enter)), Effect::Redraw);
+    assert!(matches!(&a.overlay, Some(Overlay::Signal(m)) if m.confirm));
+    assert_eq!(
+        a.update(key(KeyCode::Char('y'))),
+        Effect::Signal(libc::SIGTERM)
+    );
+    assert!(a.overlay.is_none());
+    // By number: 9 is KILL; Esc closes and drops the handles.
+    a.update(key(KeyCode::F(9)));
+    a.update(key(KeyCode::Char('9')));
+    a.update(key(KeyCode::Enter));
+    assert_eq!(a.update(key(KeyCode::Enter)), Effect::Signal(libc::SIGKILL));
+    a.update(key(KeyCode::F(9)));
+    assert_eq!(a.update(key(KeyCode::Esc)), Effect::Release);
+    // T tags and moves down; F8 then renices the tagged ones.
+    a.update(key(KeyCode::Home));
+    a.update(key(KeyCode::Char('T')));
+    a.update(key(KeyCode::Char('T')));
+    let tagged: Vec<ProcKey> = a.tagged.iter().copied().collect();
+    assert_eq!(tagged.len(), 2);
+    assert_eq!(a.update(key(KeyCode::F(8))), Effect::Renice(tagged, 1));
+    a.update(key(KeyCode::Char('U')));
+    assert_eq!(
+        a.update(key(KeyCode::F(7))),
+        Effect::Renice(vec![a.selected_key.unwrap()], -1)
+    );
+}
+
+#[test]
+fn a_recording_cannot_be_acted_on() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.replay = Some(ReplayControl::default());
+    a.update(Msg::Batch(batch(3)));
+    for k in [KeyCode::F(9), KeyCode::F(7), KeyCode::F(8)] {
+        assert_eq!(a.update(key(k)), Effect::Redraw);
+        assert_eq!(a.status.as_deref(), Some(NO_ACT));
+        assert!(a.overlay.is_none());
+    }
+}

@@ -5,12 +5,14 @@ use std::time::Duration;
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::{
-    App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, MainView, Msg, NO_CGROUPS, NO_IO,
-    NO_MEMORY, NO_NET, NO_SERVERS, NO_THREADS, NO_WAIT, Overlay, SORTED_CPU, SORTED_IO, SORTED_MEM,
-    SORTED_NET, SORTED_P99, SORTED_RPS, SORTED_WAIT, SortBy, THREADS_OFF, THREADS_ON,
+    App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, MainView, Msg, NO_ACT, NO_CGROUPS,
+    NO_IO, NO_MEMORY, NO_NET, NO_SERVERS, NO_THREADS, NO_WAIT, Overlay, SORTED_CPU, SORTED_IO,
+    SORTED_MEM, SORTED_NET, SORTED_P99, SORTED_RPS, SORTED_WAIT, SignalMenu, SortBy, THREADS_OFF,
+    THREADS_ON, TREE_OFF, TREE_ON,
 };
 use crate::model::procs::ProcKey;
 use crate::model::servers::ServerSort;
+use crate::os::act::SIGNALS;
 
 impl App {
     /// Keep the selection on the same process after the rows changed.
@@ -115,6 +117,9 @@ impl App {
             self.follow_selection();
             return Effect::Redraw;
         }
+        if matches!(self.overlay, Some(Overlay::Signal(_))) {
+            return self.signal_key(k);
+        }
         if let Some(o) = &self.overlay {
             let help = matches!(o, Overlay::Help);
             match k.code {
@@ -131,7 +136,33 @@ impl App {
         }
         self.status = None;
         match k.code {
-            KeyCode::Char('q') => Effect::Quit,
+            KeyCode::Char('q') | KeyCode::F(10) => Effect::Quit,
+            KeyCode::F(1) => {
+                self.overlay = Some(Overlay::Help);
+                Effect::Redraw
+            }
+            KeyCode::F(3) | KeyCode::F(4) => {
+                self.filter_editing = true;
+                Effect::Redraw
+            }
+            KeyCode::Char('t') | KeyCode::F(5) => {
+                self.tree = !self.tree;
+                self.status = Some(if self.tree { TREE_ON } else { TREE_OFF }.into());
+                self.follow_selection();
+                Effect::Redraw
+            }
+            KeyCode::Left if self.tree && self.main == MainView::Processes => self.tree_left(),
+            KeyCode::Right if self.tree && self.main == MainView::Processes => self.tree_right(),
+            KeyCode::Char('T') => self.toggle_tag(),
+            KeyCode::Char('U') => {
+                let n = self.tagged.len();
+                self.tagged.clear();
+                self.status = Some(format!("{n} untagged"));
+                Effect::Redraw
+            }
+            KeyCode::F(9) | KeyCode::Char('K') => self.open_signal_menu(),
+            KeyCode::F(7) => self.renice(-1),
+            KeyCode::F(8) => self.renice(1),
             KeyCode::Down | KeyCode::Char('j') => self.move_by(1),
             KeyCode::Up | KeyCode::Char('k') => self.move_by(-1),
             KeyCode::PageDown => self.move_by(10),
@@ -268,6 +299,159 @@ impl App {
             }
             _ => Effect::None,
         }
+    }
+
+    /// Left in the tree: fold the selected row's subtree, or go to its parent.
+    fn tree_left(&mut self) -> Effect {
+        let rows = self.tree_rows(true);
+        let Some(i) = self
+            .selected_key
+            .and_then(|k| rows.iter().position(|r| r.entry.key == k))
+        else {
+            return Effect::None;
+        };
+        let r = &rows[i];
+        if r.parent && !r.collapsed {
+            let key = r.entry.key;
+            self.collapsed.insert(key);
+        } else if r.depth > 0
+            && let Some(p) = rows[..i].iter().rposition(|p| p.depth + 1 == r.depth)
+        {
+            let key = rows[p].entry.key;
+            self.selected_key = Some(key);
+        } else {
+            return Effect::None;
+        }
+        self.follow_selection();
+        Effect::Redraw
+    }
+
+    /// Right in the tree: unfold the selected row's subtree.
+    fn tree_right(&mut self) -> Effect {
+        match self.selected_key {
+            Some(k) if self.collapsed.remove(&k) => {
+                self.follow_selection();
+                Effect::Redraw
+            }
+            _ => Effect::None,
+        }
+    }
+
+    /// `T`: tag or untag the selected process, and move down (as htop's space does).
+    fn toggle_tag(&mut self) -> Effect {
+        let Some(key) = self.selected_process().map(|e| e.key) else {
+            return Effect::None;
+        };
+        if !self.tagged.remove(&key) {
+            self.tagged.insert(key);
+        }
+        self.status = Some(format!(
+            "{} tagged (F9 signal, F7/F8 nice act on them; U untags all)",
+            self.tagged.len()
+        ));
+        self.move_by(1)
+    }
+
+    /// F9: the signal menu for the tagged processes, else the selected one.
+    fn open_signal_menu(&mut self) -> Effect {
+        if self.replay.is_some() {
+            self.status = Some(NO_ACT.into());
+            return Effect::Redraw;
+        }
+        let targets: Vec<(ProcKey, String)> = self
+            .targets()
+            .into_iter()
+            .filter(|e| !e.exited())
+            .map(|e| (e.key, e.command()))
+            .collect();
+        if targets.is_empty() {
+            self.status = Some("no live process selected".into());
+            return Effect::Redraw;
+        }
+        let keys = targets.iter().map(|t| t.0).collect();
+        self.overlay = Some(Overlay::Signal(SignalMenu {
+            targets,
+            cursor: 0,
+            confirm: false,
+            typed: String::new(),
+        }));
+        Effect::Hold(keys)
+    }
+
+    /// A key in the signal menu: move, pick by number, confirm, send or cancel.
+    fn signal_key(&mut self, k: KeyEvent) -> Effect {
+        let Some(Overlay::Signal(menu)) = &mut self.overlay else {
+            return Effect::None;
+        };
+        let last = SIGNALS.len() - 1;
+        if menu.confirm {
+            return match k.code {
+                KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => {
+                    let sig = SIGNALS[menu.cursor.min(last)].0;
+                    self.overlay = None;
+                    Effect::Signal(sig)
+                }
+                KeyCode::Char('q') => {
+                    self.overlay = None;
+                    Effect::Release
+                }
+                _ => {
+                    menu.confirm = false;
+                    Effect::Redraw
+                }
+            };
+        }
+        match k.code {
+            KeyCode::Esc | KeyCode::Char('q') | KeyCode::F(9) | KeyCode::F(10) => {
+                self.overlay = None;
+                self.status = Some("no signal sent".into());
+                return Effect::Release;
+            }
+            KeyCode::Up | KeyCode::Char('k') => menu.cursor = menu.cursor.saturating_sub(1),
+            KeyCode::Down | KeyCode::Char('j') => menu.cursor = (menu.cursor + 1).min(last),
+            KeyCode::Home => menu.cursor = 0,
+            KeyCode::End => menu.cursor = last,
+            KeyCode::Char(d) if d.is_ascii_digit() && menu.typed.len() < 2 => {
+                menu.typed.push(d);
+                if let Ok(n) = menu.typed.parse::<i32>()
+                    && let Some(i) = SIGNALS.iter().position(|s| s.0 == n)
+                {
+                    menu.cursor = i;
+                }
+            }
+            KeyCode::Backspace => {
+                menu.typed.pop();
+            }
+            KeyCode::Enter => {
+                menu.typed.clear();
+                menu.confirm = true;
+            }
+            _ => {
+                // Another digit starts a new number.
+                menu.typed.clear();
+                return Effect::None;
+            }
+        }
+        Effect::Redraw
+    }
+
+    /// F7/F8: a nicer (lower) or less nice value by one, for every thread of the targets.
+    fn renice(&mut self, delta: i32) -> Effect {
+        if self.replay.is_some() {
+            self.status = Some(NO_ACT.into());
+            return Effect::Redraw;
+        }
+        let keys: Vec<ProcKey> = self
+            .targets()
+            .into_iter()
+            .filter(|e| !e.exited())
+            .map(|e| e.key)
+            .collect();
+        if keys.is_empty() {
+            self.status = Some("no live process selected".into());
+            return Effect::Redraw;
+        }
+        Effect::Renice(keys, delta)
     }
 
     /// Sort by `by` when the data is there, else say so (`missing`) and sort by CPU: nothing

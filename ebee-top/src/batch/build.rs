@@ -187,6 +187,7 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
                 kthread: false,
                 cgroup: format!("/system.slice/worker-{}.service", i % 3),
                 tgid: None,
+                ppid: None,
             })
             .mem(pid, u64::from(n - i) << 20, delta);
     }

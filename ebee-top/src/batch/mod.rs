@@ -81,6 +81,10 @@ pub struct ProcInfo {
     /// For a thread's row in the thread table (never in a Batch): its process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tgid: Option<u32>,
+    /// Its parent process (/proc/PID/stat field 4, re-read when the parent exits and the
+    /// process is reparented); None when unknown (an older recording, gone before it was read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
 }
 
 /// A process that ended during the interval.
@@ -162,6 +166,12 @@ pub struct Batch {
     pub cpu_exact: Option<Vec<CpuRow>>,
     /// Metadata of the processes in `cpu` (and `cpu_exact`).
     pub procs: Vec<ProcInfo>,
+    /// The ancestors of the processes in `procs` that are not in `procs` themselves (so the
+    /// process tree can show the idle shell above a busy `make`), and processes reparented in
+    /// the interval. Each is sent when first seen and again at least every
+    /// [`LINEAGE_REFRESH_MS`], so a consumer starting anywhere (a replay after a seek) has
+    /// them once it has been fed the usual warm-up.
+    pub lineage: Vec<ProcInfo>,
     /// Processes that ended in the interval.
     pub exits: Vec<Exit>,
     /// Processes pinned for detailed tracking (QoS) during the interval.
@@ -204,6 +214,10 @@ pub struct Batch {
     /// The exact shadow's (only with `--exact`; `pid` and `comm` as in `threads`).
     pub threads_exact: Option<Vec<cgroup::ThreadRow>>,
 }
+
+/// How often the live source sends an ancestor again in `Batch::lineage` (less than the
+/// replay's warm-up of recorded time, so a rebuilt Model knows every ancestor).
+pub const LINEAGE_REFRESH_MS: u64 = 20_000;
 
 /// Largest processes every Batch carries in `mem` even when their RSS did not change, so a
 /// consumer that starts at any batch (a replay from the middle) ranks them right at once.

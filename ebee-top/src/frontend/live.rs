@@ -12,6 +12,8 @@ use super::metrics::Endpoint;
 use super::screen::{self, Inputs};
 use crate::app::{App, Effect, Msg};
 use crate::cli::Cli;
+use crate::model::procs::ProcKey;
+use crate::os::act::{self, Target};
 use crate::record::RecStatus;
 use crate::source::{Live, Source, Tee};
 
@@ -58,6 +60,8 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
             ..Default::default()
         });
     }
+    let act_tx = tx.clone();
+    let mut held: Vec<Target> = Vec::new();
     let r = screen::run(
         app,
         super::theme(&cli.screen),
@@ -65,6 +69,21 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
         (tx, rx),
         cli.latency_report.as_deref(),
         |e| match e {
+            Effect::Hold(keys) => {
+                let (ok, notes) = hold(keys);
+                held = ok;
+                if !notes.is_empty() {
+                    let _ = act_tx.send(Msg::Notice(notes.join("; ")));
+                }
+            }
+            Effect::Release => held.clear(),
+            Effect::Signal(sig) => {
+                let note = signal(std::mem::take(&mut held), sig);
+                let _ = act_tx.send(Msg::Notice(note));
+            }
+            Effect::Renice(keys, delta) => {
+                let _ = act_tx.send(Msg::Notice(renice(&keys, delta)));
+            }
             Effect::SetInterval(d) => {
                 let _ = ctl_tx.send(Ctl::Interval(d));
             }
@@ -84,6 +103,65 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
         }
     }
     r
+}
+
+/// Take a pidfd on each process chosen for a signal; what could not be taken is said.
+fn hold(keys: Vec<ProcKey>) -> (Vec<Target>, Vec<String>) {
+    let mut ok = Vec::new();
+    let mut notes = Vec::new();
+    for k in keys {
+        match Target::open(k) {
+            Ok(t) => ok.push(t),
+            Err(e) => notes.push(format!("{}: {e}", k.pid)),
+        }
+    }
+    (ok, notes)
+}
+
+/// Send `sig` through the held pidfds: the status line says what happened to each.
+fn signal(held: Vec<Target>, sig: i32) -> String {
+    let name = act::signal_name(sig);
+    if held.is_empty() {
+        return format!("SIG{name} not sent: no process could be held");
+    }
+    let mut sent = Vec::new();
+    let mut failed = Vec::new();
+    for t in &held {
+        match t.signal(sig) {
+            Ok(()) => sent.push(t.key.pid.to_string()),
+            Err(e) => failed.push(format!("{} {e}, not signalled", t.key.pid)),
+        }
+    }
+    let mut out = String::new();
+    if !sent.is_empty() {
+        out = format!("SIG{name} sent to {}", sent.join(", "));
+    }
+    if !failed.is_empty() {
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        out.push_str(&failed.join("; "));
+    }
+    out
+}
+
+/// Renice every thread of each process by `delta`; one status line.
+fn renice(keys: &[ProcKey], delta: i32) -> String {
+    let parts: Vec<String> = keys
+        .iter()
+        .map(|k| match act::renice(*k, delta) {
+            Ok(r) => format!(
+                "{}: nice {} -> {} ({} thread{})",
+                k.pid,
+                r.from,
+                r.to,
+                r.threads,
+                if r.threads == 1 { "" } else { "s" }
+            ),
+            Err(e) => format!("{}: renice failed: {e}", k.pid),
+        })
+        .collect();
+    parts.join("; ")
 }
 
 /// What the UI asks of the drain thread.

@@ -7,6 +7,7 @@ pub mod procs;
 pub mod qos;
 pub mod rank;
 pub mod servers;
+pub mod tree;
 pub mod wait;
 
 use std::collections::HashMap;
@@ -77,6 +78,8 @@ pub struct Model {
     pub threads_on: bool,
     /// tid -> its process, for the threads in `threads`.
     thread_pid: HashMap<u32, u32>,
+    /// Who is whose parent (the process tree).
+    pub lineage: tree::Lineage,
 }
 
 impl Model {
@@ -119,6 +122,7 @@ impl Model {
         self.servers.ingest(b);
         self.cgroups.ingest(b);
         self.table.ingest(b);
+        self.lineage.ingest(b);
         self.ingest_threads(b);
         self.latest = Some(b.clone());
     }
@@ -190,6 +194,7 @@ impl Model {
             kthread: p.is_some_and(|p| p.kthread),
             cgroup: p.map(|p| p.cgroup.clone()).unwrap_or_default(),
             tgid: Some(r.pid),
+            ppid: None,
         }
     }
 

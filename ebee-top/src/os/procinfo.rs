@@ -17,6 +17,9 @@ pub struct ProcCache {
     /// The previous interval's exits: a dying task runs its teardown after the exit event and
     /// may be charged once more in the next interval, which must still show its name.
     exited_before: HashMap<u32, String>,
+    /// Processes whose parent exited since the last `take_reparented`: their parent is read
+    /// again.
+    reparented: Vec<u32>,
 }
 
 impl ProcCache {
@@ -33,6 +36,22 @@ impl ProcCache {
     pub fn on_exit(&mut self, pid: u32, comm: String) {
         self.known.remove(&pid);
         self.exited.insert(pid, comm);
+        // Its children now belong to init or a subreaper: read their parent again.
+        let before = self.reparented.len();
+        self.reparented.extend(
+            self.known
+                .iter()
+                .filter(|(_, p)| p.ppid == Some(pid))
+                .map(|(c, _)| *c),
+        );
+        for c in &self.reparented[before..] {
+            self.known.remove(c);
+        }
+    }
+
+    /// The processes reparented since the last call (their cached parent was dropped).
+    pub fn take_reparented(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.reparented)
     }
 
     /// Events were lost: nothing cached can be trusted.
@@ -49,6 +68,14 @@ impl ProcCache {
         self.exited
             .get(&pid)
             .or_else(|| self.exited_before.get(&pid))
+    }
+
+    /// The parent of `pid`, from the cache or /proc (which is then cached).
+    pub fn parent(&mut self, pid: u32) -> Option<u32> {
+        if let Some(p) = self.known.get(&pid) {
+            return p.ppid;
+        }
+        self.get(pid).ppid
     }
 
     /// Metadata of `pid`, from the cache or /proc.
@@ -88,6 +115,7 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
         kthread: stat.flags & PF_KTHREAD != 0,
         cgroup: String::new(),
         tgid: None,
+        ppid: u32::try_from(stat.ppid).ok(),
     })
 }
 

@@ -1876,6 +1876,7 @@ mod tests {
                             String::new()
                         },
                         tgid: None,
+                        ppid: None,
                     })
                     .collect();
                 b

@@ -12,7 +12,8 @@ use ratatui::{
 };
 
 use crate::app::{App, SortBy};
-use crate::model::procs::CELL_NS;
+use crate::model::procs::{CELL_NS, ProcEntry};
+use crate::model::tree::TreeRow;
 use crate::view::theme::Theme;
 use crate::view::theme::sparkline;
 
@@ -154,12 +155,40 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     // one space between each of the nine columns.
     let cmd_width = (area.width as usize)
         .saturating_sub(1 + 2 + 7 + 8 + 5 + 5 + 8 + 6 + bw + 8 + usize::from(extra));
-    let rows: Vec<Row> = app
-        .table_rows()
+    // In the tree, each row with its branch glyphs and, folded, its subtree's sums.
+    let tree = app.tree.then(|| app.tree_rows(t.ascii));
+    let listed: Vec<(&ProcEntry, Option<&TreeRow>)> = match &tree {
+        Some(rows) => rows.iter().map(|r| (r.entry, Some(r))).collect(),
+        None => app.table_rows().into_iter().map(|e| (e, None)).collect(),
+    };
+    let rows: Vec<Row> = listed
         .into_iter()
-        .map(|e| {
+        .map(|(e, tr)| {
             let pinned = m.table.is_pinned(&e.key) || e.kernel_pinned;
-            let (flag, style) = row_mark(t, pinned, e.exited());
+            let (flag, mut style) = row_mark(t, pinned, e.exited());
+            let flag = if app.tagged.contains(&e.key) {
+                style = style.patch(c.tagged());
+                if flag.starts_with(' ') {
+                    flag.replacen(' ', "*", 1)
+                } else {
+                    format!("*{}", &flag[1..])
+                }
+            } else {
+                flag.to_string()
+            };
+            let sums = tr.and_then(|r| r.sums.as_ref());
+            if tr.is_some_and(|r| r.context) && !pinned && !e.exited() {
+                style = style.patch(c.context());
+            }
+            // A folded row shows its whole subtree.
+            let (cpu_pct, wait_pct, total_ns) = match sums {
+                Some(s) => (s.cpu_pct, s.wait_pct, s.total_ns),
+                None => (e.cpu_pct, e.wait_pct, e.total_ns),
+            };
+            let (read_per_s, write_per_s) = match sums {
+                Some(s) => (s.read_per_s, s.write_per_s),
+                None => (e.read_per_s, e.write_per_s),
+            };
             let user = match e.uid {
                 Some(u) => app.users.get(&u).cloned().unwrap_or_else(|| u.to_string()),
                 None => "?".into(),
@@ -180,23 +209,33 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 cmd = short_command(&cmd);
             }
             let cmd = format!("{pre}{cmd}{post}");
-            let cmd = format!("{mark}{cmd}");
+            let cmd = match tr {
+                Some(r) if r.collapsed => {
+                    let n = sums.map_or(0, |s| s.members.saturating_sub(1));
+                    format!("{}[+{n}] {mark}{cmd}", r.prefix)
+                }
+                Some(r) => format!("{}{mark}{cmd}", r.prefix),
+                None => format!("{mark}{cmd}"),
+            };
             let mut cells = vec![
                 Cell::from(flag),
                 Cell::from(format!("{:>7}", e.key.pid)),
                 Cell::from(user),
-                Cell::from(format!("{:>5.1}", e.cpu_pct)),
+                Cell::from(format!("{cpu_pct:>5.1}")),
                 Cell::from(if threads {
                     // Waits and disk bytes are measured per process, not per thread.
                     format!("{:>5}", "-")
                 } else if waits {
-                    pct5(e.wait_pct)
+                    pct5(wait_pct)
                 } else {
                     format!("{:>5}", "n/a")
                 }),
-                Cell::from(format!("{:>8}", super::fmt_ns(e.total_ns))),
-                Cell::from(match m.mem.sketch.rss_of(e.tgid) {
-                    Some(b) if !e.exited() => format!("{:>6}", bytes(b)),
+                Cell::from(format!("{:>8}", super::fmt_ns(total_ns))),
+                Cell::from(match (sums, m.mem.sketch.rss_of(e.tgid)) {
+                    (Some(s), _) => s
+                        .rss
+                        .map_or(format!("{:>6}", "-"), |b| format!("{:>6}", bytes(b))),
+                    (None, Some(b)) if !e.exited() => format!("{:>6}", bytes(b)),
                     _ => format!("{:>6}", "-"),
                 }),
             ];
@@ -211,13 +250,16 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             };
             match io {
                 IoCols::None => {}
-                IoCols::Sum => cells.push(io_cell(e.read_per_s + e.write_per_s)),
+                IoCols::Sum => cells.push(io_cell(read_per_s + write_per_s)),
                 IoCols::Both => {
-                    cells.push(io_cell(e.read_per_s));
-                    cells.push(io_cell(e.write_per_s));
+                    cells.push(io_cell(read_per_s));
+                    cells.push(io_cell(write_per_s));
                 }
             }
-            let (rx, tx) = m.servers.net_rate(e.key.pid).unwrap_or_default();
+            let (rx, tx) = match sums {
+                Some(s) => s.net.unwrap_or_default(),
+                None => m.servers.net_rate(e.key.pid).unwrap_or_default(),
+            };
             // Socket bytes are per process too.
             let net_cell = |v: f64| {
                 Cell::from(if threads {
@@ -315,5 +357,6 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         .highlight_symbol(">")
         .row_highlight_style(c.selected());
     let mut state = TableState::default().with_selected(Some(app.selected));
+
     f.render_stateful_widget(table, area, &mut state);
 }

@@ -7,7 +7,7 @@ use ratatui::{
     widgets::{Block, Borders, Clear, Paragraph, Wrap},
 };
 
-use crate::app::App;
+use crate::app::{App, SignalMenu};
 use crate::model::procs::ProcKey;
 use crate::os::details::Details;
 use crate::view::theme::Theme;
@@ -15,7 +15,7 @@ use crate::view::theme::border_set;
 
 /// The keys, as the help screen lists them (the README's table says the same).
 pub const HELP: &[(&str, &str)] = &[
-    ("q, Ctrl-C", "quit"),
+    ("q, F10, ^C", "quit"),
     ("Up/Down, j/k", "move the selection (PgUp/PgDn, Home/End)"),
     ("P", "sort by CPU"),
     ("M", "sort by resident memory (RES)"),
@@ -32,12 +32,22 @@ pub const HELP: &[(&str, &str)] = &[
         "p",
         "pin/unpin the selected process (syscall and request QoS)",
     ),
-    ("/", "filter by name, cgroup or pid; Esc clears"),
+    ("/, F3, F4", "filter by name, cgroup or pid; Esc clears"),
+    (
+        "t, F5",
+        "tree: processes under their parents; Left/Right fold",
+    ),
+    ("F9, K", "send a signal (TERM, KILL, ...) to the process"),
+    ("F7 / F8", "nicer / less nice: nice -1 / +1 on every thread"),
+    (
+        "T / U",
+        "tag the process for F7/F8/F9 and go down / untag all",
+    ),
     ("space", "pause the screen (collection and recording go on)"),
     ("+ / -", "longer / shorter interval (10 ms to 10 s)"),
     ("Tab", "move the focus between the table and the QoS pane"),
     ("Enter", "details of the selected process"),
-    ("h, ?", "this help; any key closes it"),
+    ("h, ?, F1", "this help; any key closes it"),
 ];
 
 fn centered(area: Rect, w: u16, h: u16) -> Rect {
@@ -163,6 +173,66 @@ pub fn details(app: &App, t: &Theme, key: ProcKey, d: Option<&Details>, f: &mut 
     f.render_widget(
         Paragraph::new(lines)
             .block(block(t, &format!("pid {}", key.pid)))
+            .wrap(Wrap { trim: false }),
+        r,
+    );
+}
+
+/// The signal menu (F9): the signals, the one under the cursor marked, then the question that
+/// names every target by pid and command before anything is sent.
+pub fn signal_menu(t: &Theme, menu: &SignalMenu, f: &mut Frame, area: Rect) {
+    use crate::os::act::SIGNALS;
+    let sel = menu.cursor.min(SIGNALS.len() - 1);
+    let (num, name) = SIGNALS[sel];
+    let who = match menu.targets.as_slice() {
+        [(k, cmd)] => format!("{} {cmd}", k.pid),
+        many => format!("{} processes", many.len()),
+    };
+    let mut lines: Vec<Line> = Vec::new();
+    if menu.confirm {
+        lines.push(Line::styled(
+            format!("send SIG{name} ({num}) to {who}?"),
+            t.colors.warn(),
+        ));
+        for (k, cmd) in menu
+            .targets
+            .iter()
+            .take(usize::from(area.height.saturating_sub(8)))
+        {
+            lines.push(Line::from(format!("  {:>7}  {cmd}", k.pid)));
+        }
+        lines.push(Line::from(""));
+        lines.push(Line::from("y or Enter: send   any other key: back"));
+    } else {
+        // A window of the list around the cursor, as tall as the screen allows.
+        let room = usize::from(area.height.saturating_sub(6)).clamp(3, SIGNALS.len());
+        let first = sel.saturating_sub(room / 2).min(SIGNALS.len() - room);
+        for (i, (n, s)) in SIGNALS.iter().enumerate().skip(first).take(room) {
+            let text = format!("{} {n:>2} {s}", if i == sel { ">" } else { " " });
+            lines.push(if i == sel {
+                Line::styled(text, t.colors.selected())
+            } else {
+                Line::from(text)
+            });
+        }
+        lines.push(Line::from(""));
+        lines.push(Line::from(if menu.typed.is_empty() {
+            "Up/Down or a number, Enter, Esc".to_string()
+        } else {
+            format!("number: {}", menu.typed)
+        }));
+    }
+    let w = area.width.saturating_sub(4).min(72);
+    let r = centered(area, w, (lines.len() as u16 + 2).min(area.height));
+    f.render_widget(Clear, r);
+    let title = format!("signal to {who}");
+    let title: String = title
+        .chars()
+        .take(usize::from(w.saturating_sub(6)))
+        .collect();
+    f.render_widget(
+        Paragraph::new(lines)
+            .block(block(t, &title))
             .wrap(Wrap { trim: false }),
         r,
     );

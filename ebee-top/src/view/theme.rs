@@ -122,6 +122,20 @@ impl Colors {
             .add_modifier(Modifier::BOLD)
     }
 
+    /// Processes tagged for a signal or a renice.
+    pub fn tagged(self) -> Style {
+        self.fg(Color::Yellow, 220, (240, 200, 60))
+            .add_modifier(Modifier::BOLD)
+    }
+
+    /// Tree rows shown only to lead to a listed process (an idle parent).
+    pub fn context(self) -> Style {
+        match self {
+            Colors::None => Style::default(),
+            _ => self.fg(Color::Gray, 248, (160, 160, 160)),
+        }
+    }
+
     /// Warnings: losses, notices.
     pub fn warn(self) -> Style {
         self.fg(Color::Red, 196, (240, 80, 60))

@@ -10,6 +10,7 @@ mod qos;
 mod servers;
 mod wait;
 
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
@@ -41,6 +42,8 @@ pub struct Live {
     cg: cgroup::CgroupSide,
     /// The heap's free pages, handed back now and then.
     heap: crate::os::residency::HeapTrim,
+    /// When each ancestor was last sent in `Batch::lineage` (ms of wall-clock time).
+    lineage_sent: HashMap<u32, u64>,
 }
 
 impl Live {
@@ -77,6 +80,7 @@ impl Live {
             pins: Vec::new(),
             qos_timeouts: 0,
             cost: cost::CostMeter::start(),
+            lineage_sent: HashMap::new(),
         })
     }
 
@@ -88,6 +92,50 @@ impl Live {
     /// The loaded probes (map report, program statistics).
     pub fn probes(&self) -> &Probes {
         &self.probes
+    }
+
+    /// The ancestors of `procs` not in it, each when first seen and again every
+    /// `LINEAGE_REFRESH_MS`, and the processes reparented since the last interval: what the
+    /// process tree needs beyond the rows. Each pid is looked at once per interval.
+    fn lineage(
+        &mut self,
+        procs: &[crate::batch::ProcInfo],
+        t_ms: u64,
+    ) -> Vec<crate::batch::ProcInfo> {
+        let mut seen: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+        let mut out = Vec::new();
+        for pid in self.procs.take_reparented() {
+            if seen.insert(pid) {
+                let mut info = self.procs.get(pid);
+                self.cg.fill(&mut info);
+                if info.ppid.is_some() {
+                    self.lineage_sent.insert(pid, t_ms);
+                    out.push(info);
+                }
+            }
+        }
+        let mut up: Vec<u32> = procs.iter().filter_map(|p| p.ppid).collect();
+        while let Some(pid) = up.pop() {
+            // 0 is the parent of init and of kthreadd: no process.
+            if pid == 0 || !seen.insert(pid) {
+                continue;
+            }
+            let fresh = self
+                .lineage_sent
+                .get(&pid)
+                .is_some_and(|&t| t_ms.saturating_sub(t) < crate::batch::LINEAGE_REFRESH_MS);
+            let Some(pp) = self.procs.parent(pid) else {
+                continue;
+            };
+            up.push(pp);
+            if !fresh {
+                self.lineage_sent.insert(pid, t_ms);
+                let mut info = self.procs.get(pid);
+                self.cg.fill(&mut info);
+                out.push(info);
+            }
+        }
+        out
     }
 
     fn rows(&self, charges: &[CpuCharge], nbins: usize) -> Vec<CpuRow> {
@@ -122,6 +170,7 @@ impl Source for Live {
             // Lost exec/exit events: cached names may belong to dead processes.
             self.procs.clear();
             self.cg.clear();
+            self.lineage_sent.clear();
         }
         // Memory: fold this interval's readings in before the exits, which then forget the
         // processes that ended.
@@ -145,6 +194,7 @@ impl Source for Live {
                         t.exit(ev.tgid);
                     }
                     self.procs.on_exit(ev.tgid, comm_str(&ev.comm));
+                    self.lineage_sent.remove(&ev.tgid);
                     exits.push(Exit {
                         pid: ev.tgid,
                         ts_ns: ev.ts,
@@ -216,7 +266,7 @@ impl Source for Live {
         pids.extend(threads.iter().flatten().map(|t| t.pid).filter(|&p| p != 0));
         pids.sort_unstable();
         pids.dedup();
-        let procs = pids
+        let procs: Vec<crate::batch::ProcInfo> = pids
             .into_iter()
             .map(|p| {
                 let mut info = self.procs.get(p);
@@ -224,6 +274,11 @@ impl Source for Live {
                 info
             })
             .collect();
+        let t_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let lineage = self.lineage(&procs, t_ms);
         let qos = crate::batch::qos::QosBatch {
             procs: raw
                 .qos
@@ -243,10 +298,7 @@ impl Source for Live {
 
         let batch = Batch {
             seq: self.seq,
-            t_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
+            t_ms,
             start_ns: raw.start_ns,
             end_ns: raw.end_ns,
             bin_width_ns: raw.bin_width_ns,
@@ -255,6 +307,7 @@ impl Source for Live {
             cpu,
             cpu_exact,
             procs,
+            lineage,
             exits,
             pinned: qos.procs.iter().map(|q| q.pid).collect(),
             dropped: Dropped {

@@ -1,0 +1,347 @@
+//! The process tree: who is whose parent, from the `ppid` the Batches carry for their processes
+//! and for the ancestors of those (`Batch::lineage`), and the tree of the rows a table shows,
+//! each under its parent, siblings in the table's order, the ancestors that lead to a row
+//! added (an idle shell above a busy `make`), and collapsed subtrees summed into one row.
+//!
+//! Pure like the rest of the Model. Processes are known by (pid, start time): a parent always
+//! started no later than its child, so a child whose recorded parent pid now names a younger
+//! process (the parent exited and its pid was reused) is not put under it.
+
+use std::collections::{HashMap, HashSet};
+
+use super::procs::{ProcEntry, ProcKey};
+use crate::batch::{Batch, ProcInfo};
+
+/// A node not heard of for this long (batch time) is forgotten: the live source sends every
+/// ancestor at least every `LINEAGE_REFRESH_MS`, and a process in the Batch's rows every
+/// interval.
+pub const LINEAGE_FORGET_NS: u64 = 3 * crate::batch::LINEAGE_REFRESH_MS * 1_000_000;
+/// How often forgotten nodes are swept, batch time.
+const SWEEP_NS: u64 = 5_000_000_000;
+/// Deepest chain followed (a loop in damaged data ends there too).
+const MAX_DEPTH: usize = 64;
+
+/// One process the lineage knows: its parent, and an entry (with no measures) to show it by
+/// when the process table does not list it.
+#[derive(Clone, Debug)]
+struct Node {
+    ppid: u32,
+    entry: ProcEntry,
+    seen_ns: u64,
+}
+
+/// Parent links of the processes the Batches told of.
+#[derive(Clone, Debug, Default)]
+pub struct Lineage {
+    nodes: HashMap<u32, Node>,
+    swept_ns: u64,
+}
+
+/// The sums a collapsed row shows for its whole subtree (itself included).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sums {
+    pub members: usize,
+    pub cpu_pct: f64,
+    pub wait_pct: f64,
+    pub total_ns: u64,
+    pub read_per_s: f64,
+    pub write_per_s: f64,
+    /// None when no member has a known RSS.
+    pub rss: Option<u64>,
+    /// Network bytes received and sent per second; None without network data.
+    pub net: Option<(f64, f64)>,
+}
+
+/// One row of the tree, in drawing order.
+#[derive(Clone, Debug)]
+pub struct TreeRow<'a> {
+    pub entry: &'a ProcEntry,
+    /// The glyphs drawn before the command (`├─ `, or `|- ` in ASCII).
+    pub prefix: String,
+    pub depth: usize,
+    /// It has children in the tree (shown or collapsed).
+    pub parent: bool,
+    /// Its subtree is collapsed into it; `sums` then holds the subtree's measures.
+    pub collapsed: bool,
+    pub sums: Option<Sums>,
+    /// An ancestor the table itself would not list (shown only to lead to a row).
+    pub context: bool,
+}
+
+/// How rows are measured for the sums of a collapsed subtree.
+pub struct Measures<R, N> {
+    pub rss: R,
+    pub net: N,
+}
+
+impl Lineage {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fold one interval's parent links in.
+    pub fn ingest(&mut self, b: &Batch) {
+        for p in b.procs.iter().chain(&b.lineage) {
+            self.note(p, b.end_ns);
+        }
+        if b.end_ns.saturating_sub(self.swept_ns) >= SWEEP_NS {
+            self.swept_ns = b.end_ns;
+            let now = b.end_ns;
+            self.nodes
+                .retain(|_, n| now.saturating_sub(n.seen_ns) < LINEAGE_FORGET_NS);
+        }
+    }
+
+    fn note(&mut self, p: &ProcInfo, now_ns: u64) {
+        let Some(ppid) = p.ppid else {
+            return;
+        };
+        let key = ProcKey {
+            pid: p.pid,
+            start_ticks: p.start_ticks,
+        };
+        let n = self.nodes.entry(p.pid).or_insert_with(|| Node {
+            ppid,
+            entry: ProcEntry {
+                key,
+                tgid: p.pid,
+                ..Default::default()
+            },
+            seen_ns: now_ns,
+        });
+        if n.entry.key != key && p.start_ticks != 0 {
+            // The pid was reused: another process.
+            n.entry = ProcEntry {
+                key,
+                tgid: p.pid,
+                ..Default::default()
+            };
+        }
+        n.ppid = ppid;
+        n.seen_ns = now_ns;
+        let e = &mut n.entry;
+        if !p.comm.is_empty() {
+            e.comm.clone_from(&p.comm);
+        }
+        if !p.cmdline.is_empty() {
+            e.cmdline.clone_from(&p.cmdline);
+        }
+        if p.uid.is_some() {
+            e.uid = p.uid;
+        }
+        e.kthread = p.kthread;
+        if !p.cgroup.is_empty() {
+            e.cgroup.clone_from(&p.cgroup);
+        }
+    }
+
+    /// The parent pid of `pid`, when known.
+    pub fn ppid(&self, pid: u32) -> Option<u32> {
+        self.nodes.get(&pid).map(|n| n.ppid)
+    }
+
+    /// What is known of `pid` as a row of its own (names, owner; no measures).
+    pub fn entry(&self, pid: u32) -> Option<&ProcEntry> {
+        self.nodes.get(&pid).map(|n| &n.entry)
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+/// How to find a row's parent and a row for a pid the table does not list.
+pub trait Parents<'a> {
+    /// The parent of this row (its pid among the rows' keys), if any.
+    fn parent_of(&self, e: &ProcEntry) -> Option<u32>;
+    /// A row for `pid` (an ancestor of a listed row), if one is known.
+    fn row_for(&self, pid: u32) -> Option<&'a ProcEntry>;
+}
+
+/// The tree of `listed` (a table's rows, in its order): each row under its parent, the
+/// ancestors that lead to a row added after them, children of a key in `collapsed` folded into
+/// it with their sums. `ascii` draws the branches with `|-`, `` `- `` and `|`.
+pub fn build<'a, R, N>(
+    listed: &[&'a ProcEntry],
+    parents: &impl Parents<'a>,
+    collapsed: &HashSet<ProcKey>,
+    ascii: bool,
+    measures: &Measures<R, N>,
+) -> Vec<TreeRow<'a>>
+where
+    R: Fn(&ProcEntry) -> Option<u64>,
+    N: Fn(&ProcEntry) -> Option<(f64, f64)>,
+{
+    // Every row by pid, in the table's order, then the ancestors found walking up.
+    let mut rows: Vec<&'a ProcEntry> = listed.to_vec();
+    let mut index: HashMap<u32, usize> = HashMap::with_capacity(rows.len());
+    for (i, e) in rows.iter().enumerate() {
+        index.entry(e.key.pid).or_insert(i);
+    }
+    let listed_n = rows.len();
+    let mut i = 0;
+    while i < rows.len() {
+        let mut e = rows[i];
+        for _ in 0..MAX_DEPTH {
+            let Some(pp) = parents.parent_of(e) else {
+                break;
+            };
+            if index.contains_key(&pp) {
+                break;
+            }
+            let Some(p) = parents.row_for(pp) else {
+                break;
+            };
+            index.insert(pp, rows.len());
+            rows.push(p);
+            e = p;
+        }
+        i += 1;
+    }
+    // Parent of each row, as an index: only a process that started no later than the child
+    // (a reused pid is not the parent), and never the row itself.
+    let parent: Vec<Option<usize>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let j = *index.get(&parents.parent_of(e)?)?;
+            let p = rows[j];
+            let older = p.key.start_ticks == 0
+                || e.key.start_ticks == 0
+                || p.key.start_ticks <= e.key.start_ticks;
+            (j != i && older).then_some(j)
+        })
+        .collect();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); rows.len()];
+    let mut roots = Vec::new();
+    for (i, p) in parent.iter().enumerate() {
+        match p {
+            Some(j) => children[*j].push(i),
+            None => roots.push(i),
+        }
+    }
+    // The table's order is the index order for listed rows; ancestors (after them) go by pid.
+    let order = |v: &mut Vec<usize>| {
+        v.sort_by_key(|&i| {
+            if i < listed_n {
+                (0, i as u64)
+            } else {
+                (1, u64::from(rows[i].key.pid))
+            }
+        })
+    };
+    order(&mut roots);
+    for c in &mut children {
+        order(c);
+    }
+    // A cycle in damaged data would leave rows unreachable from any root: make them roots.
+    let mut out = Vec::with_capacity(rows.len());
+    let mut seen = vec![false; rows.len()];
+    let glyphs = if ascii {
+        ["|- ", "`- ", "|  ", "   "]
+    } else {
+        ["├─ ", "└─ ", "│  ", "   "]
+    };
+    let walk = |root: usize, out: &mut Vec<TreeRow<'a>>, seen: &mut Vec<bool>| {
+        // (row, depth, the guide columns above it, last among its siblings)
+        let mut stack: Vec<(usize, usize, String, bool)> = vec![(root, 0, String::new(), true)];
+        while let Some((i, depth, guides, last)) = stack.pop() {
+            if seen[i] {
+                continue;
+            }
+            seen[i] = true;
+            let e = rows[i];
+            let is_collapsed = collapsed.contains(&e.key) && !children[i].is_empty();
+            let prefix = if depth == 0 {
+                String::new()
+            } else {
+                format!("{guides}{}", glyphs[usize::from(last)])
+            };
+            let sums = is_collapsed.then(|| subtree_sums(i, &rows, &children, measures));
+            out.push(TreeRow {
+                entry: e,
+                prefix,
+                depth,
+                parent: !children[i].is_empty(),
+                collapsed: is_collapsed,
+                sums,
+                context: i >= listed_n,
+            });
+            if is_collapsed {
+                mark(i, &children, seen);
+                continue;
+            }
+            let below = if depth == 0 {
+                String::new()
+            } else {
+                format!("{guides}{}", glyphs[if last { 3 } else { 2 }])
+            };
+            let n = children[i].len();
+            for (k, &c) in children[i].iter().enumerate().rev() {
+                stack.push((c, depth + 1, below.clone(), k + 1 == n));
+            }
+        }
+    };
+    for r in roots {
+        walk(r, &mut out, &mut seen);
+    }
+    for i in 0..rows.len() {
+        if !seen[i] {
+            walk(i, &mut out, &mut seen);
+        }
+    }
+    out
+}
+
+/// Mark every row under `i` as placed (a collapsed subtree's rows are not drawn).
+fn mark(i: usize, children: &[Vec<usize>], seen: &mut [bool]) {
+    let mut stack: Vec<usize> = children[i].clone();
+    while let Some(c) = stack.pop() {
+        if !seen[c] {
+            seen[c] = true;
+            stack.extend(&children[c]);
+        }
+    }
+}
+
+/// The measures of row `i` and every row under it.
+fn subtree_sums<R, N>(
+    i: usize,
+    rows: &[&ProcEntry],
+    children: &[Vec<usize>],
+    m: &Measures<R, N>,
+) -> Sums
+where
+    R: Fn(&ProcEntry) -> Option<u64>,
+    N: Fn(&ProcEntry) -> Option<(f64, f64)>,
+{
+    let mut s = Sums::default();
+    let mut stack = vec![i];
+    let mut visited = HashSet::new();
+    while let Some(j) = stack.pop() {
+        if !visited.insert(j) {
+            continue;
+        }
+        let e = rows[j];
+        s.members += 1;
+        s.cpu_pct += e.cpu_pct;
+        s.wait_pct += e.wait_pct;
+        s.total_ns += e.total_ns;
+        s.read_per_s += e.read_per_s;
+        s.write_per_s += e.write_per_s;
+        if let Some(r) = (m.rss)(e) {
+            *s.rss.get_or_insert(0) += r;
+        }
+        if let Some((rx, tx)) = (m.net)(e) {
+            let n = s.net.get_or_insert((0.0, 0.0));
+            n.0 += rx;
+            n.1 += tx;
+        }
+        stack.extend(&children[j]);
+    }
+    s
+}
