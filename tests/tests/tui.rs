@@ -373,3 +373,238 @@ fn cgroups_and_threads_keys_on_the_real_screen() {
     assert_eq!(alt, "0");
     drop(load);
 }
+
+/// Filter the table down to `pid` and wait until its row is the only one.
+fn only(t: &Tmux, pid: u32) -> String {
+    t.keys(&["/"]);
+    t.type_text(&pid.to_string());
+    t.keys(&["Enter"]);
+    t.wait(&format!("the row of {pid} alone"), |s| {
+        let r = rows(s);
+        r.len() == 1 && r[0].contains(&format!(" {pid} "))
+    })
+}
+
+/// Clear the filter.
+fn unfilter(t: &Tmux) {
+    t.keys(&["Escape"]);
+    t.wait("the filter cleared", |s| !s.contains("filter: "));
+}
+
+/// A burner of our own (its exit status is read), killed by the kernel if the test dies.
+fn burner(duty: &str) -> ebee_tests::Proc {
+    ebee_tests::spawn_guarded(
+        Command::new(bin("ebee-load"))
+            .args(["burn", "--duty", duty, "--seconds", "120"])
+            .stdin(std::process::Stdio::null()),
+    )
+    .unwrap()
+}
+
+/// F9, Enter, y sends SIGTERM to the process on the screen (its exit status says so); a pid
+/// that died and was given to another process between the menu's opening and the
+/// confirmation is not signalled: the pidfd taken at the opening names the dead one.
+#[test]
+fn f9_terminates_a_child_and_never_signals_a_reused_pid() {
+    if !privileged("f9_terminates_a_child_and_never_signals_a_reused_pid") {
+        return;
+    }
+    use std::os::unix::process::ExitStatusExt as _;
+    let mut a = burner("0.3");
+    let t = Tmux::start("sig", 120, 30, "-d 0.05 --ascii");
+    t.started("the table", |s| s.contains("PID"));
+    only(&t, a.pid());
+    t.keys(&["F9"]);
+    t.wait("the signal menu", |s| {
+        s.contains(&format!("signal to {}", a.pid())) && s.contains("15 TERM")
+    });
+    t.keys(&["Enter"]);
+    t.wait("the question", |s| {
+        s.contains(&format!("send SIGTERM (15) to {}", a.pid()))
+    });
+    t.keys(&["y"]);
+    t.wait("the status line", |s| {
+        s.contains(&format!("SIGTERM sent to {}", a.pid()))
+    });
+    let st = a.0.wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGTERM), "{st:?}");
+    unfilter(&t);
+
+    // The reuse: B is chosen, the menu opens, then B dies and its pid goes to C.
+    let mut b = burner("0.3");
+    let pid = b.pid();
+    only(&t, pid);
+    t.keys(&["F9"]);
+    t.wait("the menu for B", |s| {
+        s.contains(&format!("signal to {pid}"))
+    });
+    b.0.kill().unwrap();
+    b.0.wait().unwrap();
+    let mut c = None;
+    for _ in 0..50 {
+        // The next pid the kernel gives is ns_last_pid + 1 (something else may take it first).
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let p = ebee_tests::spawn_guarded(Command::new("sleep").arg("60")).unwrap();
+        if p.pid() == pid {
+            c = Some(p);
+            break;
+        }
+    }
+    let mut c = c.expect("pid reuse forced");
+    t.keys(&["Enter"]);
+    t.wait("the question", |s| s.contains("send SIGTERM (15)"));
+    t.keys(&["y"]);
+    let s = t.wait("the refusal", |s| s.contains(&format!("{pid} has exited")));
+    assert!(!s.contains("SIGTERM sent"), "{s}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        c.0.try_wait().unwrap().is_none(),
+        "the process that took the pid was signalled"
+    );
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+}
+
+/// The nice value of every thread of `pid`, from /proc/PID/task/*/stat (field 19).
+fn thread_nices(pid: u32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|d| {
+            let stat = std::fs::read_to_string(d.unwrap().path().join("stat")).unwrap();
+            let rest = stat.rsplit(") ").next().unwrap();
+            rest.split(' ').nth(16).unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+/// F8 makes every thread of a real multi-threaded process one nicer, F7 takes it back.
+#[test]
+fn f8_and_f7_renice_every_thread() {
+    if !privileged("f8_and_f7_renice_every_thread") {
+        return;
+    }
+    let p = ebee_tests::spawn_guarded(
+        Command::new(bin("ebee-load"))
+            .args([
+                "thread-group",
+                "--index",
+                "0",
+                "--procs",
+                "1",
+                "--threads",
+                "4",
+            ])
+            .args(["--top-duty", "0.2", "--skew", "0", "--seconds", "120"])
+            .stdin(std::process::Stdio::null()),
+    )
+    .unwrap();
+    let pid = p.pid();
+    let t0 = Instant::now();
+    while thread_nices(pid).len() < 4 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "threads not started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(thread_nices(pid).iter().all(|n| *n == 0));
+    let t = Tmux::start("nice", 120, 30, "-d 0.05");
+    t.started("the table", |s| s.contains("PID"));
+    only(&t, pid);
+    t.keys(&["F8"]);
+    t.wait("the status line", |s| {
+        s.contains(&format!("{pid}: nice 0 -> 1 ("))
+    });
+    let n = thread_nices(pid);
+    assert!(n.len() >= 4 && n.iter().all(|n| *n == 1), "{n:?}");
+    t.keys(&["F7"]);
+    t.wait("the status line", |s| {
+        s.contains(&format!("{pid}: nice 1 -> 0 ("))
+    });
+    assert!(thread_nices(pid).iter().all(|n| *n == 0));
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+}
+
+/// A real three-level tree (a shell, a shell under it, two burners under that) shows in
+/// order with its branches, and folded, the middle shell's row sums its members' %CPU.
+#[test]
+fn the_tree_shows_three_levels_and_a_folded_row_sums_them() {
+    if !privileged("the_tree_shows_three_levels_and_a_folded_row_sums_them") {
+        return;
+    }
+    let b = bin("ebee-load");
+    let b = b.display();
+    let inner =
+        format!("{b} burn --duty 0.4 --seconds 90 & {b} burn --duty 0.15 --seconds 90 & wait");
+    use std::os::unix::process::CommandExt as _;
+    let family = ebee_tests::spawn_guarded(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("sh -c '{inner}' & wait"))
+            .process_group(0)
+            .stdin(std::process::Stdio::null()),
+    )
+    .unwrap();
+    let top = family.pid();
+    // The whole family goes when the test ends, however it ends.
+    struct Group(i32);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            // SAFETY: kill has no memory preconditions; the group is the one we started.
+            unsafe { libc::kill(-self.0, libc::SIGKILL) };
+        }
+    }
+    let _group = Group(top as i32);
+    let t = Tmux::start("tree", 160, 40, "-d 0.05 --ascii");
+    t.started("the table", |s| s.contains("PID"));
+    t.keys(&["t"]);
+    t.wait("the tree", |s| {
+        s.contains("tree: processes under their parents")
+    });
+    t.keys(&["/"]);
+    t.type_text(" burn --duty");
+    t.keys(&["Enter"]);
+    // Rows: the ancestors of the outer shell (this test, cargo, ... init), the outer shell,
+    // the inner one, the two burners (heavier first).
+    let level = |l: &str| l.find("`- ").or_else(|| l.find("|- "));
+    let me = |r: &[&str]| r.iter().position(|l| l.contains(&format!(" {top} ")));
+    let s = t.wait("the family under its ancestors", |s| {
+        let r = rows(s);
+        me(&r)
+            .is_some_and(|i| r.len() == i + 4 && r[i + 2..].iter().all(|l| l.contains("ebee-load")))
+    });
+    let r = rows(&s);
+    let i = me(&r).unwrap();
+    let depth = |l: &str| level(l).unwrap_or(0);
+    assert!(depth(r[i + 1]) > depth(r[i]), "{s}");
+    assert!(
+        depth(r[i + 2]) > depth(r[i + 1]) && depth(r[i + 2]) == depth(r[i + 3]),
+        "{s}"
+    );
+    assert!(r[i + 2].contains("|- ") && r[i + 3].contains("`- "), "{s}");
+    assert!(r[i + 1].contains("sh -c"), "{s}");
+    // Pause, read the members' %CPU, fold the inner shell and compare.
+    t.keys(&["Space"]);
+    let s = t.wait("paused", |s| s.contains("[paused]"));
+    let pct = |l: &str| -> f64 { l[3..].split_whitespace().nth(2).unwrap().parse().unwrap() };
+    let r = rows(&s);
+    let sum: f64 = r[i + 1..].iter().map(|l| pct(l)).sum();
+    t.keys(&["Home"]);
+    for _ in 0..=i {
+        t.keys(&["Down"]);
+    }
+    t.keys(&["Left"]);
+    let s = t.wait("the folded shell", |s| s.contains("[+2]"));
+    let r = rows(&s);
+    assert_eq!(r.len(), i + 2, "{s}");
+    let folded = pct(r[i + 1]);
+    // Each row is rounded to 0.1.
+    assert!(
+        (folded - sum).abs() <= 0.15,
+        "folded {folded} vs rows {sum}:\n{s}"
+    );
+    assert!(sum > 20.0, "the burners burn: {s}");
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+}

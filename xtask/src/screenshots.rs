@@ -374,6 +374,20 @@ pub fn run() -> Result<()> {
             keys: &["/", "ebee-load", "Enter"],
         },
         Shot {
+            name: "tree-80x24",
+            w: 80,
+            h: 24,
+            args: String::new(),
+            keys: &["t"],
+        },
+        Shot {
+            name: "tree-160x40",
+            w: 160,
+            h: 40,
+            args: String::new(),
+            keys: &["t"],
+        },
+        Shot {
             name: "help-100x30",
             w: 100,
             h: 30,

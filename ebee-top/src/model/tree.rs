@@ -120,17 +120,18 @@ impl Lineage {
         n.ppid = ppid;
         n.seen_ns = now_ns;
         let e = &mut n.entry;
-        if !p.comm.is_empty() {
+        // Every Batch names its processes again: copy only what changed.
+        if !p.comm.is_empty() && e.comm != p.comm {
             e.comm.clone_from(&p.comm);
         }
-        if !p.cmdline.is_empty() {
+        if !p.cmdline.is_empty() && e.cmdline != p.cmdline {
             e.cmdline.clone_from(&p.cmdline);
         }
         if p.uid.is_some() {
             e.uid = p.uid;
         }
         e.kthread = p.kthread;
-        if !p.cgroup.is_empty() {
+        if !p.cgroup.is_empty() && e.cgroup != p.cgroup {
             e.cgroup.clone_from(&p.cgroup);
         }
     }

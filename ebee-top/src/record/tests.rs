@@ -8,8 +8,8 @@ use super::format::{self, Meta, PREAMBLE_LEN};
 use super::reader::{self, Damage};
 use super::writer::{RecordOptions, Writer, rotated_path};
 use super::{Reader, RecordError};
-use crate::batch::Batch;
 use crate::batch::build;
+use crate::batch::{Batch, ProcInfo};
 use crate::record::codec::{Encoder, rounded, rounded_v4};
 
 /// A plausible interval as format 2 records it (times per process to the µs), so what is
@@ -519,4 +519,35 @@ fn newer_fields_in_a_batch_are_ignored_and_missing_ones_default() {
     let raw = serde_json::to_vec(&v).unwrap();
     let b = super::codec::parse_batch(&raw).unwrap();
     assert_eq!(b, plausible(1, 2));
+}
+
+#[test]
+fn parents_and_lineage_round_trip() {
+    // The process tree's data: a parent on every row, ancestors now and then.
+    let batches: Vec<Batch> = (1..=250)
+        .map(|s| {
+            let mut b = plausible(s, 20);
+            for (i, p) in b.procs.iter_mut().enumerate() {
+                p.ppid = Some(if i == 0 { 900 } else { 1000 });
+            }
+            if s % 40 == 1 {
+                b.lineage = vec![
+                    ProcInfo {
+                        ppid: Some(1),
+                        start_ticks: 3,
+                        ..ProcInfo::named(900, "bash")
+                    },
+                    ProcInfo {
+                        ppid: Some(0),
+                        ..ProcInfo::named(1, "init")
+                    },
+                ];
+            }
+            b
+        })
+        .collect();
+    let (_d, path, _) = record(&batches);
+    let mut r = Reader::open(&path).unwrap();
+    assert_eq!(all(&mut r), batches);
+    assert_eq!(r.read(160).unwrap().lineage.len(), 2);
 }

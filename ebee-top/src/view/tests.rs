@@ -745,3 +745,53 @@ fn threads_mode_lists_threads_and_pins_their_process() {
     assert_eq!(key(&mut a, 'H'), crate::app::Effect::SetThreads(false));
     assert_eq!(a.table_rows()[0].key.pid, 700);
 }
+
+/// A build under a shell: `make` (idle, known from the lineage) with two busy compilers.
+fn build_tree() -> App {
+    let mut a = app();
+    let kid = |pid, ppid, comm: &str, cmd: &str| ProcInfo {
+        ppid: Some(ppid),
+        ..proc(pid, comm, cmd)
+    };
+    let procs = [
+        kid(301, 300, "cc1", "cc1 -O2 main.c"),
+        kid(302, 300, "cc1", "cc1 -O2 util.c"),
+    ];
+    for seq in 1..=20 {
+        let mut b = batch(seq, &[(301, [8 * MS; 5]), (302, [4 * MS; 5])], &procs);
+        b.lineage = vec![
+            kid(300, 200, "make", "make -j2"),
+            kid(200, 1, "bash", "-bash"),
+        ];
+        a.update(Msg::Batch(Box::new(b)));
+    }
+    a.tree = true;
+    a
+}
+
+#[test]
+fn the_tree_draws_branches_and_a_folded_row_with_its_sums() {
+    let ascii = Theme {
+        ascii: true,
+        ..Theme::default()
+    };
+    let mut a = build_tree();
+    let t = text_with(&a, ascii, 100, 30);
+    let line = |t: &str, s: &str| t.lines().find(|l| l.contains(s)).unwrap_or("").to_string();
+    assert!(line(&t, "-bash").contains("   0.0"), "{t}");
+    assert!(line(&t, "`- make -j2").contains(" 300 "), "{t}");
+    assert!(line(&t, "|- cc1 -O2 main.c").contains(" 80.0"), "{t}");
+    assert!(line(&t, "`- cc1 -O2 util.c").contains(" 40.0"), "{t}");
+    let mut unicode = text(&a, 100, 30);
+    assert!(
+        unicode.contains("└─ make -j2") && unicode.contains("├─ cc1"),
+        "{unicode}"
+    );
+    // Folded: make's row says how many rows it holds and sums their CPU.
+    let make = a.tree_rows(true)[1].entry.key;
+    a.collapsed.insert(make);
+    unicode = text(&a, 100, 30);
+    let folded = line(&unicode, "[+2] make -j2");
+    assert!(folded.contains("120.0"), "{unicode}");
+    assert!(!unicode.contains("cc1 -O2"), "{unicode}");
+}
