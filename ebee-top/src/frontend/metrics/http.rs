@@ -1,35 +1,174 @@
 //! The HTTP side of the metrics endpoint: hyper (HTTP/1.1) on a single-threaded tokio runtime,
 //! on a thread of its own, serving the last published [`Snapshot`]. It never touches the drain:
-//! it reads the snapshot from a watch channel. Limits: at most [`MAX_CONNECTIONS`] at once
-//! (more are answered 503 and closed), request heads of at most [`MAX_HEAD_BYTES`] (larger:
-//! 431), [`HEAD_TIMEOUT`] to send a request head, and [`CONN_LIFETIME`] for a connection in
-//! all (then it is closed after the response in flight, so an idle or slow client cannot hold
-//! a slot). Malformed requests get hyper's 400; unknown paths 404; other methods 405.
+//! it reads the snapshot from a watch channel.
+//!
+//! Idle and slow clients must never crowd out a scrape, so every connection is in a table of
+//! at most [`MAX_CONNECTIONS`] and has a [`Phase`]: *fresh* (no complete request yet), *serving*
+//! (a request came in, its response is being made or sent) or *kept* (keep-alive, between
+//! requests). When the table is full a new connection takes the place of the oldest fresh one,
+//! else of the longest-kept one, else of one whose response has waited for its client more than
+//! [`SLOW_RESPONSE`]; only when every connection is serving a request that is not yet slow is
+//! the new one answered 503 and closed. A scraper sends its request as soon as it connects, so
+//! it could only be displaced by `MAX_CONNECTIONS` newer connections arriving before its
+//! request head does. Other limits: request heads of at most [`MAX_HEAD_BYTES`] (larger: 431),
+//! [`HEAD_TIMEOUT`] to send a request head (hyper also applies it to a keep-alive connection
+//! waiting for its next request), [`CONN_LIFETIME`] for a connection in all. The file
+//! descriptors and memory taken are bounded by the table: connections being closed are counted
+//! until their task has ended, and at most [`MAX_CLOSING`] of them. Malformed requests get
+//! hyper's 400; unknown paths 404; other methods 405.
 
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::Duration;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{ACCEPT, ALLOW, CONTENT_TYPE, HeaderValue, VARY};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{oneshot, watch};
+use tokio::task::AbortHandle;
 
 use super::exposition::{Format, Snapshot};
 
-/// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 64;
+/// Connections held at once, whatever their phase (each takes a descriptor and 16 to 40 KiB).
+pub const MAX_CONNECTIONS: usize = 128;
+/// Connections closed to make room whose task has not ended yet, at most.
+pub const MAX_CLOSING: usize = 16;
 /// Largest request head (request line and headers) read.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// Time a client has to send a request head.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// A response its client has not taken in this time may be cut off to make room.
+pub const SLOW_RESPONSE: Duration = Duration::from_secs(1);
 /// Longest life of a connection (keep-alive included).
 pub const CONN_LIFETIME: Duration = Duration::from_secs(30);
 /// After `CONN_LIFETIME`, time left to finish the response in flight.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// Where a connection is in its life, for choosing which one makes room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Accepted; no complete request head yet.
+    Fresh,
+    /// A request head came in; its response is being made or sent.
+    Serving,
+    /// Keep-alive: its last response is sent, no new request head yet.
+    Kept,
+}
+
+/// What the server closed or refused, for the metrics (cumulative).
+#[derive(Debug, Default)]
+pub struct HttpStats {
+    /// Connections closed to make room for a new one.
+    pub evicted: AtomicU64,
+    /// Connections answered 503 (every one held was serving a request).
+    pub refused: AtomicU64,
+}
+
+/// One connection's phase and since when, shared by its task and the table.
+#[derive(Debug)]
+struct Slot(Mutex<(Phase, Instant)>);
+
+impl Slot {
+    fn new(now: Instant) -> Self {
+        Self(Mutex::new((Phase::Fresh, now)))
+    }
+
+    fn set(&self, p: Phase) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = (p, Instant::now());
+    }
+
+    fn get(&self) -> (Phase, Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+struct Entry {
+    id: u64,
+    slot: Arc<Slot>,
+    abort: Option<AbortHandle>,
+    /// Aborted to make room; its task has not been dropped yet.
+    closing: bool,
+}
+
+/// Every connection whose task is alive.
+#[derive(Default)]
+struct Table {
+    entries: Vec<Entry>,
+    next_id: u64,
+}
+
+type Shared = Arc<Mutex<Table>>;
+
+fn lock(t: &Shared) -> std::sync::MutexGuard<'_, Table> {
+    t.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Table {
+    /// Connections not being closed.
+    fn open(&self) -> usize {
+        self.entries.iter().filter(|e| !e.closing).count()
+    }
+
+    /// Abort the connection that should make room, if any may; true when one was.
+    fn evict(&mut self, now: Instant) -> bool {
+        let phases: Vec<Option<(Phase, Instant)>> = self
+            .entries
+            .iter()
+            .map(|e| (!e.closing).then(|| e.slot.get()))
+            .collect();
+        let Some(i) = victim(&phases, now) else {
+            return false;
+        };
+        let e = &mut self.entries[i];
+        e.closing = true;
+        if let Some(a) = &e.abort {
+            a.abort();
+        }
+        true
+    }
+}
+
+/// Which connection makes room for a new one: the oldest fresh one, else the one kept
+/// longest, else the one whose response has waited longest if that is over
+/// [`SLOW_RESPONSE`]; `None` (closing ones) are never chosen.
+fn victim(conns: &[Option<(Phase, Instant)>], now: Instant) -> Option<usize> {
+    conns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let (phase, since) = (*c)?;
+            let rank = match phase {
+                Phase::Fresh => 0,
+                Phase::Kept => 1,
+                Phase::Serving if now.saturating_duration_since(since) >= SLOW_RESPONSE => 2,
+                Phase::Serving => return None,
+            };
+            Some(((rank, since), i))
+        })
+        .min()
+        .map(|(_, i)| i)
+}
+
+/// Removes its connection from the table when the task ends, however it ends.
+struct Registered {
+    table: Shared,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut t = lock(&self.table);
+        if let Some(i) = t.entries.iter().position(|e| e.id == self.id) {
+            t.entries.swap_remove(i);
+        }
+    }
+}
 
 /// The running server; stopped and joined on drop.
 pub struct Server {
@@ -48,10 +187,12 @@ impl Drop for Server {
     }
 }
 
-/// Serve `snapshots` on `listener` (already bound) from a thread of its own.
+/// Serve `snapshots` on `listener` (already bound) from a thread of its own, counting what it
+/// closes and refuses in `stats`.
 pub fn spawn(
     listener: std::net::TcpListener,
     snapshots: watch::Receiver<Arc<Snapshot>>,
+    stats: Arc<HttpStats>,
 ) -> anyhow::Result<Server> {
     listener
         .set_nonblocking(true)
@@ -67,7 +208,7 @@ pub fn spawn(
         .spawn(move || {
             rt.block_on(async move {
                 match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => accept_loop(l, snapshots, stop_rx).await,
+                    Ok(l) => accept_loop(l, snapshots, stats, stop_rx).await,
                     Err(e) => eprintln!("ebee-top: metrics endpoint: {e}"),
                 }
             });
@@ -79,44 +220,144 @@ pub fn spawn(
     })
 }
 
+/// Let the tasks of aborted connections run (and close their sockets) until at most
+/// [`MAX_CLOSING`] are left, so the descriptors held stay bounded.
+async fn wait_for_closing(table: &Shared) {
+    let mut tries = 0u32;
+    while lock(table).entries.len() >= MAX_CONNECTIONS + MAX_CLOSING {
+        tries += 1;
+        if tries < 8 {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     snapshots: watch::Receiver<Arc<Snapshot>>,
+    stats: Arc<HttpStats>,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let table: Shared = Arc::default();
     loop {
+        wait_for_closing(&table).await;
         let accepted = tokio::select! {
             _ = &mut stop => return,
             a = listener.accept() => a,
         };
         let stream = match accepted {
             Ok((s, _)) => s,
-            // Out of descriptors, or a connection reset before we took it: wait a little
-            // rather than spin, and go on.
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+            Err(e) => {
+                // Out of descriptors or memory: close a connection that may make room, or
+                // wait a little rather than spin. Anything else (a connection reset before
+                // we took it) concerns that connection only.
+                let scarce = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                );
+                if scarce {
+                    let evicted = lock(&table).evict(Instant::now());
+                    if evicted {
+                        stats.evicted.fetch_add(1, Ordering::Relaxed);
+                        tokio::task::yield_now().await;
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Too many: one attempt to say so without waiting, then close.
+        let now = Instant::now();
+        let (admitted, evicted) = {
+            let mut t = lock(&table);
+            if t.open() < MAX_CONNECTIONS {
+                (true, false)
+            } else if t.evict(now) {
+                (true, true)
+            } else {
+                (false, false)
+            }
+        };
+        if !admitted {
+            // Every connection is serving a request: one attempt to say so without
+            // waiting, then close.
+            stats.refused.fetch_add(1, Ordering::Relaxed);
             let _ = stream.try_write(
                 b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
             );
             continue;
+        }
+        let slot = Arc::new(Slot::new(now));
+        let id = {
+            let mut t = lock(&table);
+            t.next_id += 1;
+            t.next_id
         };
-        let snapshots = snapshots.clone();
-        tokio::spawn(async move {
-            serve_connection(stream, snapshots).await;
-            drop(slot);
+        let guard = Registered {
+            table: table.clone(),
+            id,
+        };
+        let snaps = snapshots.clone();
+        let s = slot.clone();
+        // On this one-thread runtime the task cannot run (nor end) before it is in the table.
+        let task = tokio::spawn(async move {
+            let _guard = guard;
+            serve_connection(stream, snaps, s).await;
         });
+        lock(&table).entries.push(Entry {
+            id,
+            slot,
+            abort: Some(task.abort_handle()),
+            closing: false,
+        });
+        if evicted {
+            stats.evicted.fetch_add(1, Ordering::Relaxed);
+            // Let the aborted task run now, so its socket is closed before the next accept.
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// A response body that marks its connection kept once hyper has taken all of it.
+pub struct Tracked {
+    body: Full<Bytes>,
+    slot: Option<Arc<Slot>>,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Some(s) = self.slot.take() {
+            s.set(Phase::Kept);
+        }
     }
 }
 
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     snapshots: watch::Receiver<Arc<Snapshot>>,
+    slot: Arc<Slot>,
 ) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -124,8 +365,13 @@ async fn serve_connection(
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
     let service = hyper::service::service_fn(move |req| {
+        slot.set(Phase::Serving);
         let snap = snapshots.borrow().clone();
-        async move { Ok::<_, Infallible>(respond(&req, &snap)) }
+        let r = respond(&req, &snap).map(|body| Tracked {
+            body,
+            slot: Some(slot.clone()),
+        });
+        async move { Ok::<_, Infallible>(r) }
     });
     let conn = http.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
@@ -196,7 +442,88 @@ fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpStream;
+
     use super::*;
+
+    #[test]
+    fn the_oldest_fresh_connection_makes_room_first() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let now = at(10_000);
+        let fresh = |ms| Some((Phase::Fresh, at(ms)));
+        let kept = |ms| Some((Phase::Kept, at(ms)));
+        let serving = |ms| Some((Phase::Serving, at(ms)));
+        // Fresh before kept before slow, oldest first within each; closing ones never.
+        assert_eq!(victim(&[kept(1), fresh(5), fresh(3), None], now), Some(2));
+        assert_eq!(victim(&[serving(1), kept(7), kept(4)], now), Some(2));
+        assert_eq!(
+            victim(&[serving(9_500), serving(2_000), None], now),
+            Some(1)
+        );
+        // A response under way for less than SLOW_RESPONSE is never cut off.
+        assert_eq!(victim(&[serving(9_500), None, serving(9_999)], now), None);
+        assert_eq!(victim(&[], now), None);
+    }
+
+    fn start() -> (std::net::SocketAddr, Arc<HttpStats>, Server) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (_tx, rx) = watch::channel(Arc::new(Snapshot::default()));
+        let stats = Arc::new(HttpStats::default());
+        let server = spawn(l, rx, stats.clone()).unwrap();
+        (addr, stats, server)
+    }
+
+    fn get(addr: std::net::SocketAddr) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    /// Twice the table's worth of silent and half-sent connections: a scrape is still served,
+    /// and the connections held stay within the table (the rest were closed to make room).
+    #[test]
+    fn silent_connections_never_crowd_out_a_scrape() {
+        let (addr, stats, _server) = start();
+        let mut held = Vec::new();
+        for i in 0..2 * MAX_CONNECTIONS {
+            let mut c = TcpStream::connect(addr).unwrap();
+            if i % 2 == 1 {
+                c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                    .unwrap();
+            }
+            held.push(c);
+        }
+        for _ in 0..5 {
+            let r = get(addr);
+            assert!(r.starts_with("HTTP/1.1 200"), "{r:?}");
+        }
+        assert_eq!(stats.refused.load(Ordering::Relaxed), 0);
+        // Every scrape above that found the table full took the place of a silent one.
+        let evicted = stats.evicted.load(Ordering::Relaxed);
+        assert!(
+            evicted >= MAX_CONNECTIONS as u64,
+            "{evicted} evicted of {} held",
+            held.len()
+        );
+        // The evicted ones are closed (a read sees the end or a reset); no more than the
+        // table's worth are still open (a read would wait).
+        let mut open = 0;
+        for c in &mut held {
+            c.set_nonblocking(true).unwrap();
+            let mut b = [0u8; 64];
+            if matches!(c.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+                open += 1;
+            }
+        }
+        assert!(open <= MAX_CONNECTIONS, "{open} of {} open", held.len());
+    }
 
     #[test]
     fn routes_and_methods() {

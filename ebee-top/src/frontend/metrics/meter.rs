@@ -40,6 +40,9 @@ pub struct Meter {
     /// Intervals the metrics thread could not take (its queue was full); their counts are
     /// missing from the counters.
     queue_dropped: u64,
+    /// HTTP connections closed to make room for a new one, and answered 503.
+    conns_evicted: u64,
+    conns_refused: u64,
 }
 
 impl Meter {
@@ -54,6 +57,8 @@ impl Meter {
                 Box::new(cgroups::Cgroups::new(k)),
             ],
             queue_dropped: 0,
+            conns_evicted: 0,
+            conns_refused: 0,
         }
     }
 
@@ -66,6 +71,12 @@ impl Meter {
     /// Set the number of intervals the metrics thread had to drop so far.
     pub fn set_queue_dropped(&mut self, n: u64) {
         self.queue_dropped = n;
+    }
+
+    /// Set the HTTP connections closed so far to make room, and refused with 503.
+    pub fn set_connections(&mut self, evicted: u64, refused: u64) {
+        self.conns_evicted = evicted;
+        self.conns_refused = refused;
     }
 
     /// Every family as of the last interval.
@@ -83,6 +94,22 @@ impl Meter {
         );
         q.push(vec![], Value::Counter(self.queue_dropped as f64));
         out.push(q);
+        let mut c = Family::new(
+            "ebee_metrics_connections_closed",
+            "Connections to the metrics endpoint closed before a request of theirs was \
+             served: evicted (made room for a new connection: silent, kept alive between \
+             requests, or too slow to take a response) or refused (answered 503: every \
+             connection held was being served).",
+            None,
+            Kind::Counter,
+        );
+        for (reason, n) in [
+            ("evicted", self.conns_evicted),
+            ("refused", self.conns_refused),
+        ] {
+            c.push(vec![("reason", reason.into())], Value::Counter(n as f64));
+        }
+        out.push(c);
         Snapshot::new(out)
     }
 }
@@ -223,7 +250,7 @@ mod tests {
             - count("ebee_pinned_")
             - count("ebee_server_")
             - count("ebee_cgroup_");
-        assert_eq!(own, 33, "{text}");
+        assert_eq!(own, 35, "{text}");
     }
 
     #[test]

@@ -126,6 +126,8 @@ impl Metrics {
         let (tx, rx) = mpsc::sync_channel::<Box<Batch>>(QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let d = dropped.clone();
+        let stats = Arc::new(http::HttpStats::default());
+        let st = stats.clone();
         // The thread ends when every sender is gone (the Metered source holds clones).
         std::thread::Builder::new()
             .name("metrics".into())
@@ -133,11 +135,15 @@ impl Metrics {
                 while let Ok(b) = rx.recv() {
                     meter.ingest(&b);
                     meter.set_queue_dropped(d.load(Ordering::Relaxed));
+                    meter.set_connections(
+                        st.evicted.load(Ordering::Relaxed),
+                        st.refused.load(Ordering::Relaxed),
+                    );
                     snap_tx.send_replace(Arc::new(meter.snapshot()));
                 }
             })
             .context("starting the metrics thread")?;
-        let http = http::spawn(endpoint.listener, snap_rx)?;
+        let http = http::spawn(endpoint.listener, snap_rx, stats)?;
         Ok(Self {
             tx,
             dropped,
