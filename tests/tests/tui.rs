@@ -33,16 +33,34 @@ impl Tmux {
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("pid");
         let name = format!("ebee-tui-{tag}-{}", std::process::id());
-        tmux(&[
-            "new-session",
-            "-d",
-            "-s",
-            &name,
-            "-x",
-            &w.to_string(),
-            "-y",
-            &h.to_string(),
-        ]);
+        // The server exits with its last session: a session made just after the previous
+        // test's was killed can reach the exiting server and be lost (once a full suite's
+        // screen stayed empty for 60 s, the pane never having existed). Make sure it is there.
+        let t0 = Instant::now();
+        loop {
+            tmux(&[
+                "new-session",
+                "-d",
+                "-s",
+                &name,
+                "-x",
+                &w.to_string(),
+                "-y",
+                &h.to_string(),
+            ]);
+            let there = Command::new("tmux")
+                .args(["-L", "ebee-top-tests", "has-session", "-t", &name])
+                .status()
+                .is_ok_and(|s| s.success());
+            if there {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "tmux would not make session {name}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let cmd = format!(
             "sh -c 'echo $$ > {}; {} {args}; echo ebee-top exited rc=$?; sleep 600'",
             pidfile.display(),
@@ -567,7 +585,6 @@ fn the_tree_shows_three_levels_and_a_folded_row_sums_them() {
     t.keys(&["Enter"]);
     // Rows: the ancestors of the outer shell (this test, cargo, ... init), the outer shell,
     // the inner one, the two burners (heavier first).
-    let level = |l: &str| l.find("`- ").or_else(|| l.find("|- "));
     let me = |r: &[&str]| r.iter().position(|l| l.contains(&format!(" {top} ")));
     let s = t.wait("the family under its ancestors", |s| {
         let r = rows(s);
@@ -576,13 +593,13 @@ fn the_tree_shows_three_levels_and_a_folded_row_sums_them() {
     });
     let r = rows(&s);
     let i = me(&r).unwrap();
-    let depth = |l: &str| level(l).unwrap_or(0);
+    let depth = |l: &str| depth(&s, l);
     assert!(depth(r[i + 1]) > depth(r[i]), "{s}");
     assert!(
         depth(r[i + 2]) > depth(r[i + 1]) && depth(r[i + 2]) == depth(r[i + 3]),
         "{s}"
     );
-    assert!(r[i + 2].contains("|- ") && r[i + 3].contains("`- "), "{s}");
+    assert!(r[i + 2].contains("|-") && r[i + 3].contains("`-"), "{s}");
     assert!(r[i + 1].contains("sh -c"), "{s}");
     // Pause, read the members' %CPU, fold the inner shell and compare.
     t.keys(&["Space"]);
@@ -605,6 +622,102 @@ fn the_tree_shows_three_levels_and_a_folded_row_sums_them() {
         "folded {folded} vs rows {sum}:\n{s}"
     );
     assert!(sum > 20.0, "the burners burn: {s}");
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+}
+
+/// How deep a tree row is drawn (ASCII): the branch glyphs and blanks that start its COMMAND
+/// cell (0 for a root). `screen` gives the column's place.
+fn depth(screen: &str, l: &str) -> usize {
+    let x = screen
+        .lines()
+        .find_map(|h| h.find("COMMAND"))
+        .expect("the table's header");
+    l.chars()
+        .skip(x)
+        .take_while(|c| " |`-.".contains(*c))
+        .count()
+}
+
+/// The row a tree row hangs under: the nearest one above it drawn less deep.
+fn parent_row<'a>(screen: &str, r: &[&'a str], i: usize) -> Option<&'a str> {
+    let d = depth(screen, r[i]);
+    r[..i].iter().rev().find(|l| depth(screen, l) < d).copied()
+}
+
+/// A process whose parent exits is shown under its new parent (init or a subreaper, as
+/// /proc/PID/stat says) once the kernel has reparented it.
+#[test]
+fn the_tree_follows_a_reparented_process() {
+    if !privileged("the_tree_follows_a_reparented_process") {
+        return;
+    }
+    use std::os::unix::process::CommandExt as _;
+    let t = Tmux::start("reparent", 160, 40, "-d 0.05 --ascii");
+    t.started("the table", |s| s.contains("PID"));
+    t.keys(&["t"]);
+    t.keys(&["/"]);
+    t.type_text("--seconds 37");
+    t.keys(&["Enter"]);
+    let b = bin("ebee-load");
+    // The shell starts the burner in the background and ends 3 s later.
+    let mut sh = ebee_tests::spawn_guarded(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "{} burn --duty 0.2 --seconds 37 & echo $! ; sleep 3",
+                b.display()
+            ))
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .stdin(std::process::Stdio::null()),
+    )
+    .unwrap();
+    let shpid = sh.pid();
+    let mut out = String::new();
+    {
+        use std::io::BufRead as _;
+        let mut r = std::io::BufReader::new(sh.0.stdout.take().unwrap());
+        r.read_line(&mut out).unwrap();
+    }
+    let burner: u32 = out.trim().parse().unwrap();
+    struct Kill(u32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: kill has no memory preconditions; the pid is the burner we started.
+            unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+        }
+    }
+    let _k = Kill(burner);
+    let under = |s: &str, parent: u32| {
+        let r = rows(s);
+        r.iter()
+            .position(|l| l.contains(&format!(" {burner} ")))
+            .and_then(|i| parent_row(s, &r, i))
+            .is_some_and(|p| p.contains(&format!(" {parent} ")))
+    };
+    t.wait("the burner under its shell", |s| under(s, shpid));
+    drop(sh);
+    // The kernel's new parent for it.
+    let t0 = Instant::now();
+    let ppid = loop {
+        let stat = std::fs::read_to_string(format!("/proc/{burner}/stat")).unwrap();
+        let p: u32 = stat
+            .rsplit(") ")
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        if p != shpid {
+            break p;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "never reparented");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    t.wait(&format!("the burner under {ppid}"), |s| under(s, ppid));
     t.keys(&["q"]);
     assert_eq!(t.ended().0, "0");
 }

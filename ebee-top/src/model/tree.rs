@@ -59,6 +59,10 @@ pub struct TreeRow<'a> {
     /// The glyphs drawn before the command (`├─ `, or `|- ` in ASCII).
     pub prefix: String,
     pub depth: usize,
+    /// For each level above it, whether a branch line passes there.
+    pub guides: Vec<bool>,
+    /// The last of its siblings (drawn with an elbow).
+    pub last: bool,
     /// It has children in the tree (shown or collapsed).
     pub parent: bool,
     /// Its subtree is collapsed into it; `sums` then holds the subtree's measures.
@@ -225,13 +229,15 @@ where
             None => roots.push(i),
         }
     }
-    // The table's order is the index order for listed rows; ancestors (after them) go by pid.
+    // The table's order is the index order for listed rows; ancestors (after them) go by pid;
+    // exited processes after the live ones among their siblings.
     let order = |v: &mut Vec<usize>| {
         v.sort_by_key(|&i| {
+            let exited = rows[i].exited();
             if i < listed_n {
-                (0, i as u64)
+                (exited, 0, i as u64)
             } else {
-                (1, u64::from(rows[i].key.pid))
+                (exited, 1, u64::from(rows[i].key.pid))
             }
         })
     };
@@ -242,14 +248,9 @@ where
     // A cycle in damaged data would leave rows unreachable from any root: make them roots.
     let mut out = Vec::with_capacity(rows.len());
     let mut seen = vec![false; rows.len()];
-    let glyphs = if ascii {
-        ["|- ", "`- ", "|  ", "   "]
-    } else {
-        ["├─ ", "└─ ", "│  ", "   "]
-    };
     let walk = |root: usize, out: &mut Vec<TreeRow<'a>>, seen: &mut Vec<bool>| {
-        // (row, depth, the guide columns above it, last among its siblings)
-        let mut stack: Vec<(usize, usize, String, bool)> = vec![(root, 0, String::new(), true)];
+        // (row, depth, a line to draw at each level above it, last among its siblings)
+        let mut stack: Vec<(usize, usize, Vec<bool>, bool)> = vec![(root, 0, Vec::new(), true)];
         while let Some((i, depth, guides, last)) = stack.pop() {
             if seen[i] {
                 continue;
@@ -257,16 +258,20 @@ where
             seen[i] = true;
             let e = rows[i];
             let is_collapsed = collapsed.contains(&e.key) && !children[i].is_empty();
-            let prefix = if depth == 0 {
-                String::new()
-            } else {
-                format!("{guides}{}", glyphs[usize::from(last)])
-            };
             let sums = is_collapsed.then(|| subtree_sums(i, &rows, &children, measures));
+            let below = if depth == 0 {
+                Vec::new()
+            } else {
+                let mut b = guides.clone();
+                b.push(!last);
+                b
+            };
             out.push(TreeRow {
                 entry: e,
-                prefix,
+                prefix: branches(&guides, last, depth, 3, ascii),
                 depth,
+                guides,
+                last,
                 parent: !children[i].is_empty(),
                 collapsed: is_collapsed,
                 sums,
@@ -276,11 +281,6 @@ where
                 mark(i, &children, seen);
                 continue;
             }
-            let below = if depth == 0 {
-                String::new()
-            } else {
-                format!("{guides}{}", glyphs[if last { 3 } else { 2 }])
-            };
             let n = children[i].len();
             for (k, &c) in children[i].iter().enumerate().rev() {
                 stack.push((c, depth + 1, below.clone(), k + 1 == n));
@@ -296,6 +296,39 @@ where
         }
     }
     out
+}
+
+/// The branch glyphs of a row at `depth` with `guides` (a line at each level above it) and
+/// `last` (the last of its siblings), `width` characters a level (1 to 3: a deep tree on a
+/// narrow screen draws narrower levels), and a space before the command.
+fn branches(guides: &[bool], last: bool, depth: usize, width: usize, ascii: bool) -> String {
+    if depth == 0 {
+        return String::new();
+    }
+    let (tee, elbow, line, dash) = if ascii {
+        ('|', '`', '|', '-')
+    } else {
+        ('├', '└', '│', '─')
+    };
+    let width = width.clamp(1, 3);
+    let mut out = String::new();
+    for &g in guides {
+        out.push(if g { line } else { ' ' });
+        out.extend(std::iter::repeat_n(' ', width - 1));
+    }
+    out.push(if last { elbow } else { tee });
+    if width > 1 {
+        out.push(dash);
+    }
+    out.push(' ');
+    out
+}
+
+impl TreeRow<'_> {
+    /// The branch glyphs `width` characters a level (3 is `prefix`).
+    pub fn prefix_at(&self, width: usize, ascii: bool) -> String {
+        branches(&self.guides, self.last, self.depth, width, ascii)
+    }
 }
 
 /// Mark every row under `i` as placed (a collapsed subtree's rows are not drawn).

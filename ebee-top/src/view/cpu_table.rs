@@ -139,6 +139,18 @@ fn short_command(cmd: &str) -> String {
     }
 }
 
+/// A tree row's branch glyphs in at most half of the command column: a deep row keeps the
+/// branches nearest to it after an ellipsis, so its command stays readable at 80 columns.
+fn tree_prefix(prefix: &str, cmd_width: usize, ascii: bool) -> String {
+    let room = (cmd_width / 2).max(4);
+    let n = prefix.chars().count();
+    if n <= room {
+        return prefix.to_string();
+    }
+    let keep: String = prefix.chars().skip(n - (room - 1)).collect();
+    format!("{}{keep}", if ascii { "." } else { "…" })
+}
+
 pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let c = t.colors;
     let m = app.shown();
@@ -157,6 +169,16 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         .saturating_sub(1 + 2 + 7 + 8 + 5 + 5 + 8 + 6 + bw + 8 + usize::from(extra));
     // In the tree, each row with its branch glyphs and, folded, its subtree's sums.
     let tree = app.tree.then(|| app.tree_rows(t.ascii));
+    // A deep tree in a narrow column draws its levels narrower (3, 2 or 1 characters), so
+    // that rows at different depths still look it; past that the deepest rows are cut.
+    let deepest = tree
+        .as_ref()
+        .and_then(|rows| rows.iter().map(|r| r.depth).max())
+        .unwrap_or(0);
+    let level_w = (1..=3)
+        .rev()
+        .find(|w| deepest * w <= cmd_width / 2)
+        .unwrap_or(1);
     let listed: Vec<(&ProcEntry, Option<&TreeRow>)> = match &tree {
         Some(rows) => rows.iter().map(|r| (r.entry, Some(r))).collect(),
         None => app.table_rows().into_iter().map(|e| (e, None)).collect(),
@@ -212,9 +234,13 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             let cmd = match tr {
                 Some(r) if r.collapsed => {
                     let n = sums.map_or(0, |s| s.members.saturating_sub(1));
-                    format!("{}[+{n}] {mark}{cmd}", r.prefix)
+                    let pre = tree_prefix(&r.prefix_at(level_w, t.ascii), cmd_width, t.ascii);
+                    format!("{pre}[+{n}] {mark}{cmd}")
                 }
-                Some(r) => format!("{}{mark}{cmd}", r.prefix),
+                Some(r) => {
+                    let pre = tree_prefix(&r.prefix_at(level_w, t.ascii), cmd_width, t.ascii);
+                    format!("{pre}{mark}{cmd}")
+                }
                 None => format!("{mark}{cmd}"),
             };
             let mut cells = vec![

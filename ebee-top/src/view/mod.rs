@@ -163,7 +163,7 @@ fn finish(
     match &app.overlay {
         Some(Overlay::Help) => overlay::help(app, t, f, area),
         Some(Overlay::Details(k, d)) => overlay::details(app, t, *k, d.as_deref(), f, area),
-        Some(Overlay::Signal(menu)) => overlay::signal_menu(t, menu, f, area),
+        Some(Overlay::Signal(menu)) => overlay::signal_menu(app, t, menu, f, area),
         None => {}
     }
 }

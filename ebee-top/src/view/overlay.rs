@@ -180,12 +180,15 @@ pub fn details(app: &App, t: &Theme, key: ProcKey, d: Option<&Details>, f: &mut 
 
 /// The signal menu (F9): the signals, the one under the cursor marked, then the question that
 /// names every target by pid and command before anything is sent.
-pub fn signal_menu(t: &Theme, menu: &SignalMenu, f: &mut Frame, area: Rect) {
+pub fn signal_menu(app: &App, t: &Theme, menu: &SignalMenu, f: &mut Frame, area: Rect) {
     use crate::os::act::SIGNALS;
     let sel = menu.cursor.min(SIGNALS.len() - 1);
     let (num, name) = SIGNALS[sel];
     let who = match menu.targets.as_slice() {
-        [(k, cmd)] => format!("{} {cmd}", k.pid),
+        [(k, cmd)] => match app.shown().table.get(k).map(|e| e.comm.as_str()) {
+            Some(comm) if !comm.is_empty() => format!("{} ({comm})", k.pid),
+            _ => format!("{} {cmd}", k.pid),
+        },
         many => format!("{} processes", many.len()),
     };
     let mut lines: Vec<Line> = Vec::new();
