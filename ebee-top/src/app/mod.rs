@@ -21,9 +21,9 @@ use crate::os::details::Details;
 use crate::os::host::HostInfo;
 
 pub use msg::{Effect, Msg, Pointer};
-pub use settings::{Column, ColorMode, Settings};
-pub use setup::{SETUP_KEYS, SetupRow};
 pub use replay::{KEYS as REPLAY_KEYS, ReplayControl};
+pub use settings::{ColorMode, Column, Settings};
+pub use setup::{SETUP_KEYS, SetupRow};
 
 /// How the process table is ordered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

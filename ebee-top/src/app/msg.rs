@@ -4,12 +4,12 @@ use std::time::Duration;
 
 use crossterm::event::Event;
 
+use super::Column;
 use crate::batch::Batch;
 use crate::model::procs::ProcKey;
-use super::Column;
 use crate::os::details::Details;
-use crate::os::procstat::ProcStat;
 use crate::os::host::HostInfo;
+use crate::os::procstat::ProcStat;
 use crate::record::RecStatus;
 use crate::source::replay::{ReplayCmd, ReplayUpdate};
 

@@ -297,13 +297,14 @@ pub fn parse(text: &str) -> Result<(Settings, Vec<String>), Broken> {
     if let Some(v) = f.sort {
         match sort_from_key(&v) {
             Some(b) => s.sort = Some(b),
-            None => notes.push(format!("unknown sort `{v}` ignored (cpu, mem, wait, io, net)")),
+            None => notes.push(format!(
+                "unknown sort `{v}` ignored (cpu, mem, wait, io, net)"
+            )),
         }
     }
     if let Some(v) = f.interval {
-        let ok = v.is_finite()
-            && v >= MIN_INTERVAL.as_secs_f64()
-            && v <= MAX_INTERVAL.as_secs_f64();
+        let ok =
+            v.is_finite() && v >= MIN_INTERVAL.as_secs_f64() && v <= MAX_INTERVAL.as_secs_f64();
         if ok {
             s.interval = Some(Duration::from_millis((v * 1000.0).round() as u64));
         } else {
@@ -327,7 +328,11 @@ pub fn parse(text: &str) -> Result<(Settings, Vec<String>), Broken> {
 
 fn line_of(text: &str, at: usize) -> usize {
     let at = at.min(text.len());
-    text.as_bytes()[..at].iter().filter(|b| **b == b'\n').count() + 1
+    text.as_bytes()[..at]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
 }
 
 /// The settings as a file's text: a comment, `version`, what is set, then the keys this version
@@ -364,9 +369,7 @@ pub fn to_toml(s: &Settings) -> String {
             t.insert(k.clone(), v.clone());
         }
     }
-    format!(
-        "# ebee-top settings, written by the setup screen (F2). Flags override them.\n{t}"
-    )
+    format!("# ebee-top settings, written by the setup screen (F2). Flags override them.\n{t}")
 }
 
 #[cfg(test)]
@@ -390,7 +393,12 @@ mod tests {
     #[test]
     fn every_field_round_trips() {
         let s = Settings {
-            columns: Some(vec![Column::Pid, Column::Nice, Column::Command, Column::Start]),
+            columns: Some(vec![
+                Column::Pid,
+                Column::Nice,
+                Column::Command,
+                Column::Start,
+            ]),
             sort: Some(SortBy::Wait),
             interval: Some(Duration::from_millis(200)),
             color: Some(ColorMode::C256),

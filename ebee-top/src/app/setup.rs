@@ -95,7 +95,8 @@ impl App {
                 self.columns = None;
                 self.settings.columns = None;
                 self.settings.unknown_columns.clear();
-                self.status = Some("columns: automatic (IO, NET, CGROUP where the width allows)".into());
+                self.status =
+                    Some("columns: automatic (IO, NET, CGROUP where the width allows)".into());
                 Some(row)
             }
             _ => return Effect::None,
@@ -218,5 +219,132 @@ fn same_line(a: SetupRow, b: SetupRow) -> bool {
     match (a, b) {
         (SetupRow::Column(x, _), SetupRow::Column(y, _)) => x == y,
         _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crossterm::event::{Event, KeyEvent, KeyModifiers};
+
+    use super::*;
+    use crate::app::Msg;
+
+    fn key(app: &mut App, code: KeyCode) -> Effect {
+        app.update(Msg::Input(Event::Key(KeyEvent::new(
+            code,
+            KeyModifiers::NONE,
+        ))))
+    }
+
+    fn cursor(app: &App) -> usize {
+        match app.overlay {
+            Some(Overlay::Setup(c)) => c,
+            _ => panic!("setup closed"),
+        }
+    }
+
+    #[test]
+    fn f2_chooses_and_orders_columns() {
+        let mut a = App::new(20, Duration::from_millis(50));
+        assert_eq!(key(&mut a, KeyCode::F(2)), Effect::Redraw);
+        let rows = a.setup_rows();
+        // The automatic layout's columns first, shown; then the others.
+        assert_eq!(rows[0], SetupRow::Column(Column::Pid, true));
+        assert_eq!(rows[11], SetupRow::Column(Column::Nice, false));
+        assert_eq!(rows.len(), 17 + 4);
+        for _ in 0..11 {
+            key(&mut a, KeyCode::Down);
+        }
+        assert_eq!(key(&mut a, KeyCode::Char(' ')), Effect::SaveSettings);
+        let mut want = AUTO_COLUMNS.to_vec();
+        want.insert(10, Column::Nice);
+        assert_eq!(a.columns.as_ref(), Some(&want));
+        assert_eq!(a.settings.columns.as_ref(), Some(&want));
+        // The cursor stayed on NI, now the eleventh shown column.
+        assert_eq!(cursor(&a), 10);
+        // `]` moves it after COMMAND, `[` back; Shift-Up as `[`.
+        key(&mut a, KeyCode::Char(']'));
+        assert_eq!(a.columns.as_ref().unwrap().last(), Some(&Column::Nice));
+        assert_eq!(cursor(&a), 11);
+        a.update(Msg::Input(Event::Key(KeyEvent::new(
+            KeyCode::Up,
+            KeyModifiers::SHIFT,
+        ))));
+        assert_eq!(a.columns.as_ref().unwrap()[10], Column::Nice);
+        // Hide PID.
+        for _ in 0..10 {
+            key(&mut a, KeyCode::Up);
+        }
+        assert_eq!(cursor(&a), 0);
+        key(&mut a, KeyCode::Enter);
+        assert!(!a.columns.as_ref().unwrap().contains(&Column::Pid));
+        // `r`: back to the automatic layout.
+        assert_eq!(key(&mut a, KeyCode::Char('r')), Effect::SaveSettings);
+        assert_eq!(a.columns, None);
+        assert_eq!(a.settings.columns, None);
+        assert_eq!(key(&mut a, KeyCode::Esc), Effect::Redraw);
+        assert!(a.overlay.is_none());
+    }
+
+    #[test]
+    fn f2_sets_the_sort_interval_colours_and_tree() {
+        let mut a = App::new(20, Duration::from_millis(50));
+        key(&mut a, KeyCode::F(2));
+        for _ in 0..17 {
+            key(&mut a, KeyCode::Down);
+        }
+        assert_eq!(a.setup_rows()[cursor(&a)], SetupRow::Sort);
+        assert_eq!(key(&mut a, KeyCode::Right), Effect::SaveSettings);
+        // Saved as asked; this run has no memory data yet, so it sorts by CPU and says so.
+        assert_eq!(a.settings.sort, Some(SortBy::Mem));
+        assert_eq!(a.sort, SortBy::Cpu);
+        assert!(a.status.as_deref().unwrap().contains("sorting by CPU"));
+        key(&mut a, KeyCode::Down);
+        key(&mut a, KeyCode::Right);
+        assert_eq!(a.interval, Duration::from_millis(100));
+        assert_eq!(a.settings.interval, Some(Duration::from_millis(100)));
+        key(&mut a, KeyCode::Left);
+        key(&mut a, KeyCode::Left);
+        assert_eq!(a.interval, Duration::from_millis(20));
+        key(&mut a, KeyCode::Down);
+        key(&mut a, KeyCode::Left);
+        assert_eq!(a.color, crate::app::ColorMode::Truecolor);
+        assert_eq!(a.settings.color, Some(crate::app::ColorMode::Truecolor));
+        key(&mut a, KeyCode::Down);
+        key(&mut a, KeyCode::Enter);
+        assert!(a.tree_default);
+        assert_eq!(a.settings.tree, Some(true));
+        // The last line stays the last.
+        key(&mut a, KeyCode::Down);
+        assert_eq!(a.setup_rows()[cursor(&a)], SetupRow::Tree);
+        // F2 closes, as Esc does.
+        key(&mut a, KeyCode::F(2));
+        assert!(a.overlay.is_none());
+    }
+
+    #[test]
+    fn proc_stat_columns_are_asked_for_once_a_second_and_only_when_shown() {
+        use crate::batch::Batch;
+        let mut a = App::new(20, Duration::from_millis(50));
+        let b = |seq: u64| {
+            let ms = 1_000_000;
+            Box::new(
+                Batch::build(seq, 10_000 * ms + seq * 50 * ms, 50 * ms)
+                    .cpu(7, 5 * ms, &[5 * ms])
+                    .done(),
+            )
+        };
+        // The automatic layout reads nothing from /proc.
+        assert_eq!(a.update(Msg::Batch(b(1))), Effect::Redraw);
+        a.columns = Some(vec![Column::Pid, Column::Nice, Column::Command]);
+        let asked: Vec<u64> = (2..=60)
+            .filter(|s| matches!(a.update(Msg::Batch(b(*s))), Effect::ReadStats(_)))
+            .collect();
+        // 59 intervals of 50 ms: the first, then one a second.
+        assert_eq!(asked, vec![2, 22, 42], "{asked:?}");
+        let Effect::ReadStats(keys) = a.update(Msg::Batch(b(62))) else {
+            panic!("no request after a second");
+        };
+        assert_eq!(keys.iter().map(|k| k.pid).collect::<Vec<_>>(), vec![7]);
     }
 }

@@ -311,7 +311,10 @@ impl App {
                 Some((c, by)) => {
                     let ok = self.sort_available(by);
                     let done = format!("sorted by {} (click)", c.describe().0);
-                    let missing = format!("no {} data from this kernel or recording: sorting by CPU", c.describe().0);
+                    let missing = format!(
+                        "no {} data from this kernel or recording: sorting by CPU",
+                        c.describe().0
+                    );
                     self.sort_or_cpu(ok, by, &done, &missing)
                 }
                 None => {

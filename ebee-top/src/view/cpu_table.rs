@@ -351,11 +351,7 @@ fn start_text(app: &App, start_ticks: u64) -> String {
         return "-".into();
     };
     let at = btime + start_ticks / tck.max(1);
-    let now = app
-        .shown()
-        .latest()
-        .map_or(at, |b| b.t_ms / 1000)
-        .max(at);
+    let now = app.shown().latest().map_or(at, |b| b.t_ms / 1000).max(at);
     if now - at < 86_400 {
         format!("{:02}:{:02}", (at / 3600) % 24, (at / 60) % 60)
     } else {
@@ -476,7 +472,9 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                     Drawn::State => stat(1, st.map(|s| s.state.to_string())),
                     Drawn::Threads => stat(4, st.map(|s| s.threads.to_string())),
                     Drawn::Ppid => stat(7, st.map(|s| s.ppid.to_string())),
-                    Drawn::Start => Cell::from(format!("{:>5}", start_text(app, e.key.start_ticks))),
+                    Drawn::Start => {
+                        Cell::from(format!("{:>5}", start_text(app, e.key.start_ticks)))
+                    }
                 })
                 .collect();
             Row::new(cells).style(style)

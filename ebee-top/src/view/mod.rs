@@ -276,4 +276,6 @@ pub fn fmt_us(us: f64) -> String {
 }
 
 #[cfg(test)]
+mod setup_tests;
+#[cfg(test)]
 pub(crate) mod tests;

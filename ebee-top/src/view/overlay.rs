@@ -37,6 +37,11 @@ pub const HELP: &[(&str, &str)] = &[
     ("+ / -", "longer / shorter interval (10 ms to 10 s)"),
     ("Tab", "move the focus between the table and the QoS pane"),
     ("Enter", "details of the selected process"),
+    (
+        "F2",
+        "setup: columns, sort, interval, colours, tree (saved)",
+    ),
+    ("mouse", "click a row or a header (sorts); the wheel moves"),
     ("h, ?", "this help; any key closes it"),
 ];
 

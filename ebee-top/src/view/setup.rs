@@ -31,22 +31,18 @@ fn line(app: &App, row: SetupRow) -> String {
             super::fmt_ns(app.settings.interval.unwrap_or(app.interval).as_nanos() as u64),
         ),
         SetupRow::Color => value("colours", app.color.key().into()),
-        SetupRow::Tree => value(
-            "tree",
-            if app.tree_default { "on" } else { "off" }.into(),
-        ),
+        SetupRow::Tree => value("tree", if app.tree_default { "on" } else { "off" }.into()),
     }
 }
 
 pub fn render(app: &App, t: &Theme, cursor: usize, f: &mut Frame, area: Rect) {
     let rows = app.setup_rows();
     let w = area.width.saturating_sub(4).min(96);
-    // The note, the list, the legend (two lines when narrow) and the border.
-    let legend_h = if (w as usize).saturating_sub(2) >= SETUP_KEYS.len() {
-        1
-    } else {
-        2
-    };
+    // The note, the list, the legend (wrapped at words: a few characters of slack a line)
+    // and the border.
+    let legend_h = SETUP_KEYS
+        .len()
+        .div_ceil((w as usize).saturating_sub(10).max(20)) as u16;
     let h = (rows.len() as u16 + 3 + legend_h).min(area.height.saturating_sub(2));
     let [_, mid, _] = Layout::vertical([
         Constraint::Fill(1),
@@ -84,7 +80,8 @@ pub fn render(app: &App, t: &Theme, cursor: usize, f: &mut Frame, area: Rect) {
         note,
     );
     let items: Vec<ListItem> = rows.iter().map(|r| ListItem::new(line(app, *r))).collect();
-    let mut state = ListState::default().with_selected(Some(cursor.min(rows.len().saturating_sub(1))));
+    let mut state =
+        ListState::default().with_selected(Some(cursor.min(rows.len().saturating_sub(1))));
     f.render_stateful_widget(
         List::new(items)
             .highlight_style(t.colors.selected())
