@@ -341,6 +341,11 @@ fn signals_restore_the_terminal() {
         assert_eq!(status, "0", "{name}: exit status");
         assert_eq!(alt, "0", "{name}: still on the alternate screen");
         assert_eq!(cursor, "1", "{name}: cursor left hidden");
+        assert_eq!(
+            t.format("#{mouse_any_flag}"),
+            "0",
+            "{name}: mouse capture left on"
+        );
     }
 }
 
@@ -442,10 +447,8 @@ fn settings_chosen_in_f2_survive_a_restart() {
     let cfg = tempfile::tempdir().unwrap();
     let burner = load(&["burn", "--duty", "0.5"]);
     // SAFETY: setpriority has no memory preconditions; the pid is our child's.
-    assert_eq!(
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, burner.pid(), 7) },
-        0
-    );
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, burner.pid(), 7) };
+    assert_eq!(r, 0);
     let pid = burner.pid().to_string();
     let args = "--ascii --color never";
     let t = Tmux::start_with_config("f2", 120, 40, args, Some(cfg.path()));
@@ -472,9 +475,7 @@ fn settings_chosen_in_f2_survive_a_restart() {
     t.wait("the interval 100 ms", |s| s.contains("< 100.0ms >"));
     t.keys(&["Escape"]);
     let ni_of_burner = |s: &str| {
-        let Some((x, _)) = header_at(s, " NI") else {
-            return None;
-        };
+        let (x, _) = header_at(s, " NI")?;
         let y = s.lines().position(|l| {
             l.get(3..)
                 .is_some_and(|r| r.split_whitespace().next() == Some(pid.as_str()))

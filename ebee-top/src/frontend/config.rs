@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 
 use crate::app::settings::{self, Settings};
 
+/// Saves the settings; the error is one line for the status line.
+pub type Saver = Box<dyn FnMut(&Settings) -> Result<(), String>>;
+
 /// Files larger than this are not settings.
 const MAX_SIZE: u64 = 1 << 20;
 
@@ -38,7 +41,7 @@ impl Loaded {
     }
 
     /// The saver the screen calls after each change in the setup screen.
-    pub fn saver(&self) -> Box<dyn FnMut(&Settings) -> Result<(), String>> {
+    pub fn saver(&self) -> Saver {
         match (&self.path, &self.refuse) {
             (Some(p), None) => {
                 let p = p.clone();

@@ -16,8 +16,9 @@ use std::sync::mpsc::{Receiver, Sender};
 use anyhow::Context as _;
 use ratatui::{Terminal, backend::Backend};
 
+use super::config::Saver;
 use super::latency::Latency;
-use crate::app::{App, Effect, Msg, Settings};
+use crate::app::{App, Effect, Msg};
 use crate::model::procs::ProcKey;
 use crate::os::details::Details;
 use crate::view::theme::Theme;
@@ -29,7 +30,7 @@ pub struct Inputs {
     /// A process's details for the popup, read when it opens (never while drawing).
     pub details: Box<dyn FnMut(ProcKey) -> Details>,
     /// Save the settings after a change in the setup screen (F2); the error is one line.
-    pub save: Box<dyn FnMut(&Settings) -> Result<(), String>>,
+    pub save: Saver,
 }
 
 impl Inputs {
@@ -56,13 +57,13 @@ impl Inputs {
     }
 
     /// Save the settings with `save` (the settings file's saver).
-    pub fn saving(mut self, save: Box<dyn FnMut(&Settings) -> Result<(), String>>) -> Self {
+    pub fn saving(mut self, save: Saver) -> Self {
         self.save = save;
         self
     }
 }
 
-fn no_save() -> Box<dyn FnMut(&Settings) -> Result<(), String>> {
+fn no_save() -> Saver {
     Box::new(|_| Err("not saved: no settings file".into()))
 }
 
