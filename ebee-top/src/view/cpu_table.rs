@@ -330,10 +330,15 @@ pub fn row_at(app: &App, area: Rect, y: u16) -> Option<usize> {
 
 /// The COMMAND cell's text: "(exited) " first, so a narrow column still shows it; in the thread
 /// table the thread's name then its process; argv\[0\]'s directory dropped when it does not fit.
-/// A tree row's branch glyphs in at most half of the command column: a deep row keeps the
-/// branches nearest to it after an ellipsis, so its command stays readable at 80 columns.
+/// The most of the command column a tree row's branches may take.
+fn tree_room(cmd_width: usize) -> usize {
+    (cmd_width * 3 / 5).max(4)
+}
+
+/// A tree row's branch glyphs in at most [`tree_room`]: a deep row keeps the branches nearest
+/// to it after an ellipsis, so its command stays readable at 80 columns.
 fn tree_prefix(prefix: &str, cmd_width: usize, ascii: bool) -> String {
-    let room = (cmd_width / 2).max(4);
+    let room = tree_room(cmd_width);
     let n = prefix.chars().count();
     if n <= room {
         return prefix.to_string();
@@ -430,7 +435,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         .unwrap_or(0);
     let level_w = (1..=3)
         .rev()
-        .find(|w| deepest * w <= cols.cmd_width / 2)
+        .find(|w| deepest * w < tree_room(cols.cmd_width))
         .unwrap_or(1);
     let listed: Vec<(&ProcEntry, Option<&TreeRow>)> = match &tree {
         Some(rows) => rows.iter().map(|r| (r.entry, Some(r))).collect(),
