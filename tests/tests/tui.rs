@@ -648,7 +648,10 @@ fn the_tree_shows_three_levels_and_a_folded_row_sums_them() {
             .filter(|c| *c == '|' || *c == '`')
             .last()
     };
-    assert!(glyph(r[i + 2]) == Some('|') && glyph(r[i + 3]) == Some('`'), "{s}");
+    assert!(
+        glyph(r[i + 2]) == Some('|') && glyph(r[i + 3]) == Some('`'),
+        "{s}"
+    );
     assert!(r[i + 1].contains("sh -c"), "{s}");
     // Pause, read the members' %CPU, fold the inner shell and compare.
     t.keys(&["Space"]);
@@ -767,6 +770,10 @@ fn the_tree_follows_a_reparented_process() {
         std::thread::sleep(Duration::from_millis(50));
     };
     t.wait(&format!("the burner under {ppid}"), |s| under(s, ppid));
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+}
+
 /// The x range of the header title `title` on the process table's header line of `screen`, and
 /// that line's number.
 fn header_at(screen: &str, title: &str) -> Option<(usize, usize)> {

@@ -125,6 +125,7 @@ impl App {
         }
         if matches!(self.overlay, Some(Overlay::Signal(_))) {
             return self.signal_key(k);
+        }
         if let Some(Overlay::Setup(cursor)) = self.overlay {
             return self.setup_key(cursor, k);
         }
@@ -461,7 +462,6 @@ impl App {
             return Effect::Redraw;
         }
         Effect::Renice(keys, delta)
-
     }
 
     /// The rows in view whose /proc/PID/stat columns are shown, when a second has passed since

@@ -17,7 +17,10 @@ use crate::view::theme::border_set;
 pub const HELP: &[(&str, &str)] = &[
     ("q, F10, ^C", "quit"),
     ("Up/Down, j/k", "move the selection (PgUp/PgDn, Home/End)"),
-    ("P / M / W", "sort by CPU / resident memory / run-queue wait (WAIT%)"),
+    (
+        "P / M / W",
+        "sort by CPU / resident memory / run-queue wait (WAIT%)",
+    ),
     ("I / N", "sort by disk I/O / network bytes (per second)"),
     ("S", "SERVERS table, or processes (R/L: sort by req/s, p99)"),
     ("C", "cgroups table, or processes (Enter: its processes)"),
