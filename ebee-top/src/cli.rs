@@ -59,6 +59,18 @@ pub struct ScreenArgs {
     /// Only ASCII on screen: sparklines, borders and marks.
     #[arg(long)]
     pub ascii: bool,
+
+    /// Leave the mouse to the terminal (its own selection): no clicks or wheel on the screen.
+    #[arg(long)]
+    pub no_mouse: bool,
+
+    /// Open the process table as a tree (`t` on the screen; `tree` in the settings file).
+    #[arg(long)]
+    pub tree: bool,
+
+    /// Neither read nor save the settings file ($XDG_CONFIG_HOME/ebee-top/config.toml).
+    #[arg(long)]
+    pub no_config: bool,
 }
 
 /// ebee-top: a top for Linux whose numbers come from eBPF programs in the kernel.

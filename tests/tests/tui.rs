@@ -28,10 +28,24 @@ fn tmux(args: &[&str]) -> String {
 
 impl Tmux {
     /// Start ebee-top with `args` in a fresh `w`x`h` session, as the child of a shell that
-    /// says how it ended and stays, so the terminal's state afterwards can be read.
+    /// says how it ended and stays, so the terminal's state afterwards can be read. Its
+    /// settings live in a directory of its own (never the real `~/.config`).
     fn start(tag: &str, w: u16, h: u16, args: &str) -> Self {
+        Self::start_with_config(tag, w, h, args, None)
+    }
+
+    /// As `start`, with `XDG_CONFIG_HOME` set to `config` (a directory the test keeps across
+    /// runs), else to a fresh one.
+    fn start_with_config(
+        tag: &str,
+        w: u16,
+        h: u16,
+        args: &str,
+        config: Option<&std::path::Path>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("pid");
+        let xdg = config.map_or_else(|| dir.path().join("config"), std::path::Path::to_path_buf);
         let name = format!("ebee-tui-{tag}-{}", std::process::id());
         // The server exits with its last session: a session made just after the previous
         // test's was killed can reach the exiting server and be lost (once a full suite's
@@ -62,8 +76,10 @@ impl Tmux {
             std::thread::sleep(Duration::from_millis(100));
         }
         let cmd = format!(
-            "sh -c 'echo $$ > {}; {} {args}; echo ebee-top exited rc=$?; sleep 600'",
+            "sh -c 'echo $$ > {}; XDG_CONFIG_HOME={} {} {args}; echo ebee-top exited rc=$?; \
+             sleep 600'",
             pidfile.display(),
+            xdg.display(),
             bin("ebee-top").display()
         );
         tmux(&["respawn-pane", "-k", "-t", &name, &cmd]);
@@ -86,6 +102,25 @@ impl Tmux {
         let chars: Vec<String> = text.chars().map(String::from).collect();
         let mut a = vec!["send-keys", "-t", &self.name, "-l"];
         a.extend(chars.iter().map(String::as_str));
+        tmux(&a);
+    }
+
+    /// A left click at the screen cell (`x`, `y`), counted from 0, as the terminal sends it
+    /// in SGR mouse mode: press then release.
+    fn click(&self, x: usize, y: usize) {
+        self.mouse(0, x, y);
+    }
+
+    /// An SGR mouse event with button code `b` (0 left, 64 wheel up, 65 wheel down), written
+    /// to the pane as raw bytes (`send-keys -H`).
+    fn mouse(&self, b: u8, x: usize, y: usize) {
+        let mut seq = format!("\x1b[<{b};{};{}M", x + 1, y + 1);
+        if b < 64 {
+            seq += &format!("\x1b[<{b};{};{}m", x + 1, y + 1);
+        }
+        let hex: Vec<String> = seq.bytes().map(|c| format!("{c:02x}")).collect();
+        let mut a = vec!["send-keys", "-t", &self.name, "-H"];
+        a.extend(hex.iter().map(String::as_str));
         tmux(&a);
     }
 
@@ -324,6 +359,11 @@ fn signals_restore_the_terminal() {
         assert_eq!(status, "0", "{name}: exit status");
         assert_eq!(alt, "0", "{name}: still on the alternate screen");
         assert_eq!(cursor, "1", "{name}: cursor left hidden");
+        assert_eq!(
+            t.format("#{mouse_any_flag}"),
+            "0",
+            "{name}: mouse capture left on"
+        );
     }
 }
 
@@ -730,6 +770,231 @@ fn the_tree_follows_a_reparented_process() {
         std::thread::sleep(Duration::from_millis(50));
     };
     t.wait(&format!("the burner under {ppid}"), |s| under(s, ppid));
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+}
+
+/// The x range of the header title `title` on the process table's header line of `screen`, and
+/// that line's number.
+fn header_at(screen: &str, title: &str) -> Option<(usize, usize)> {
+    let (y, line) = screen
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains("    PID") || l.contains("    TID"))?;
+    let at = line.find(title)?;
+    Some((line[..at].chars().count(), y))
+}
+
+/// The text of `screen`'s line `y` from column `x`, `w` characters.
+fn cell(screen: &str, y: usize, x: usize, w: usize) -> String {
+    let line = screen.lines().nth(y).unwrap_or("");
+    line.chars()
+        .skip(x)
+        .take(w)
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+/// F2 shows NI (read from /proc: a real process at nice 7 shows 7), sorts by RES and sets the
+/// interval to 100 ms; the file is saved 0600, and a restart with the same settings directory
+/// has all three, with `-d` still winning over the file.
+#[test]
+fn settings_chosen_in_f2_survive_a_restart() {
+    if !privileged("settings_chosen_in_f2_survive_a_restart") {
+        return;
+    }
+    let cfg = tempfile::tempdir().unwrap();
+    let burner = load(&["burn", "--duty", "0.5"]);
+    // SAFETY: setpriority has no memory preconditions; the pid is our child's.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, burner.pid(), 7) };
+    assert_eq!(r, 0);
+    let pid = burner.pid().to_string();
+    let args = "--ascii --color never";
+    let t = Tmux::start_with_config("f2", 120, 40, args, Some(cfg.path()));
+    t.started("the table with the burner", |s| {
+        s.contains("PID") && s.contains(&format!(" {pid} "))
+    });
+    t.keys(&["F2"]);
+    t.wait("the setup screen", |s| {
+        s.contains("setup (F2)") && s.contains("[ ] NI")
+    });
+    // NI is the first column not shown, after the eleven of the automatic layout.
+    for _ in 0..11 {
+        t.keys(&["Down"]);
+    }
+    t.keys(&["Space"]);
+    t.wait("NI shown", |s| s.contains("[x] NI"));
+    // The cursor stays on NI (now the eleventh line); the sort is six lines further down.
+    for _ in 0..7 {
+        t.keys(&["Down"]);
+    }
+    t.keys(&["Right"]);
+    t.wait("the default sort MEM", |s| s.contains("< MEM >"));
+    t.keys(&["Down", "Right"]);
+    t.wait("the interval 100 ms", |s| s.contains("< 100.0ms >"));
+    t.keys(&["Escape"]);
+    let ni_of_burner = |s: &str| {
+        let (x, _) = header_at(s, " NI")?;
+        let y = s.lines().position(|l| {
+            l.get(3..)
+                .is_some_and(|r| r.split_whitespace().next() == Some(pid.as_str()))
+        })?;
+        Some(cell(s, y, x, 3))
+    };
+    t.wait("the burner's NI from /proc", |s| {
+        !s.contains("setup (F2)") && ni_of_burner(s).as_deref() == Some("7")
+    });
+    let file = cfg.path().join("ebee-top").join("config.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("\"ni\"") && text.contains("sort = \"mem\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("interval = 0.1") && text.contains("version = 1"),
+        "{text}"
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+    drop(t);
+
+    // A restart: the columns, the sort and the interval are the file's.
+    let t = Tmux::start_with_config("f2-again", 120, 40, args, Some(cfg.path()));
+    let s = t.started("the table with NI after the restart", |s| {
+        header_at(s, " NI").is_some() && s.contains("interval 100ms")
+    });
+    assert!(s.contains("RES*"), "{s}");
+    t.wait("the burner's NI", |s| {
+        ni_of_burner(s).as_deref() == Some("7")
+    });
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+    drop(t);
+
+    // A flag wins over the file.
+    let t = Tmux::start_with_config(
+        "f2-flag",
+        120,
+        40,
+        &format!("{args} -d 0.2"),
+        Some(cfg.path()),
+    );
+    let s = t.started("the table with -d", |s| {
+        header_at(s, " NI").is_some() && s.contains("interval 200ms")
+    });
+    assert!(s.contains("RES*"), "{s}");
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+    // Quitting saved nothing new: only F2 writes the file.
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+}
+
+/// A config that is not TOML: the screen starts with the defaults, one warning line on stderr
+/// naming the file and the line (and on the status line), and F2 does not write over it.
+#[test]
+fn a_broken_config_starts_with_the_defaults_and_one_warning() {
+    if !privileged("a_broken_config_starts_with_the_defaults_and_one_warning") {
+        return;
+    }
+    let cfg = tempfile::tempdir().unwrap();
+    let dir = cfg.path().join("ebee-top");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("config.toml");
+    let broken = "columns = [\"pid\", \"ni\"]\ninterval = [\n";
+    std::fs::write(&file, broken).unwrap();
+    let err = cfg.path().join("stderr");
+    let t = Tmux::start_with_config(
+        "broken",
+        140,
+        30,
+        &format!("--ascii 2>{}", err.display()),
+        Some(cfg.path()),
+    );
+    let s = t.started("the table and the warning", |s| {
+        s.contains("PID") && s.contains("broken, line 2")
+    });
+    // The defaults: the automatic columns, not the file's.
+    assert!(
+        s.contains("USER") && s.contains("BURST") && header_at(&s, " NI").is_none(),
+        "{s}"
+    );
+    t.keys(&["F2"]);
+    t.wait("the setup screen says it will not save", |s| {
+        s.contains("setup (F2)") && s.contains("not saved")
+    });
+    t.keys(&["Space"]);
+    t.wait("PID hidden, and not saved", |s| s.contains("[ ] PID"));
+    t.keys(&["Escape"]);
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), broken);
+    let e = std::fs::read_to_string(&err).unwrap();
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 1, "{e}");
+    assert!(
+        lines[0].contains("warning")
+            && lines[0].contains(&file.display().to_string())
+            && lines[0].contains("line 2"),
+        "{e}"
+    );
+}
+
+/// SGR mouse sequences sent to the pane: a click selects the row under it, a click on `RES`
+/// sorts by it, one on `USER` says it cannot, the wheel moves the selection; mouse capture is
+/// on while the screen runs and off after, and `--no-mouse` leaves it off.
+#[test]
+fn a_click_selects_a_row_and_a_click_on_a_header_sorts() {
+    if !privileged("a_click_selects_a_row_and_a_click_on_a_header_sorts") {
+        return;
+    }
+    let _burner = load(&["burn", "--duty", "0.3"]);
+    let t = Tmux::start("mouse", 120, 40, "--ascii --color never");
+    t.started("a table of a few rows", |s| rows(s).len() >= 6);
+    assert_eq!(t.format("#{mouse_any_flag}"), "1");
+    // Paused, so the ranking holds still under the pointer.
+    t.keys(&["Space"]);
+    let s = t.wait("paused", |s| s.contains("[paused]"));
+    let (_, head_y) = header_at(&s, "PID").unwrap();
+    let y = head_y + 4;
+    let pid_on = |s: &str, y: usize| {
+        s.lines()
+            .nth(y)
+            .and_then(|l| l.get(3..))
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("")
+            .to_string()
+    };
+    let pid = pid_on(&s, y);
+    assert!(pid.parse::<u32>().is_ok(), "{s}");
+    t.click(30, y);
+    t.wait("the clicked row selected", |s| {
+        s.lines().nth(y).is_some_and(|l| l.starts_with('>')) && pid_on(s, y) == pid
+    });
+    // The wheel: one row down.
+    t.mouse(65, 30, y);
+    t.wait("the selection one row down", |s| {
+        s.lines().nth(y + 1).is_some_and(|l| l.starts_with('>'))
+    });
+    let (x, _) = header_at(&s, "RES").unwrap();
+    t.click(x + 1, head_y);
+    t.wait("sorted by RES", |s| {
+        s.contains("sorted by RES (click)") && s.contains("RES*")
+    });
+    let (x, _) = header_at(&s, "USER").unwrap();
+    t.click(x, head_y);
+    t.wait("USER cannot sort", |s| s.contains("cannot sort by USER"));
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+    assert_eq!(t.format("#{mouse_any_flag}"), "0", "mouse capture left on");
+    drop(t);
+
+    let t = Tmux::start("no-mouse", 100, 30, "--ascii --no-mouse");
+    t.started("the screen", |s| s.contains("PID"));
+    assert_eq!(t.format("#{mouse_any_flag}"), "0");
     t.keys(&["q"]);
     assert_eq!(t.ended().0, "0");
 }

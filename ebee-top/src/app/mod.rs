@@ -5,6 +5,8 @@
 
 mod msg;
 mod replay;
+pub mod settings;
+mod setup;
 #[cfg(test)]
 mod tests;
 mod update;
@@ -20,8 +22,10 @@ use crate::model::tree::{self, Measures, Parents, TreeRow};
 use crate::os::details::Details;
 use crate::os::host::HostInfo;
 
-pub use msg::{Effect, Msg};
+pub use msg::{Effect, Msg, Pointer};
 pub use replay::{KEYS as REPLAY_KEYS, ReplayControl};
+pub use settings::{ColorMode, Column, Settings};
+pub use setup::{SETUP_KEYS, SetupRow};
 
 /// How the process table is ordered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +63,8 @@ pub enum Overlay {
     Help,
     /// The details popup; None while /proc is being read.
     Details(ProcKey, Option<Box<Details>>),
+    /// The setup screen (F2), its cursor on this row of [`App::setup_rows`].
+    Setup(usize),
     /// The signal menu (F9).
     Signal(SignalMenu),
 }
@@ -126,6 +132,24 @@ pub struct App {
     pub collapsed: HashSet<ProcKey>,
     /// Processes tagged for a signal or a renice (`T`).
     pub tagged: BTreeSet<ProcKey>,
+    /// What config.toml says, as the setup screen (F2) changes it; the front-end saves it.
+    pub settings: Settings,
+    /// Where the settings are saved, or why not (the setup screen's first line).
+    pub settings_note: String,
+    /// The process table's columns in order; None: the automatic layout (settings.rs).
+    pub columns: Option<Vec<Column>>,
+    /// The colours in use (`--color`, or the settings); the front-end builds the theme.
+    pub color: ColorMode,
+    /// Whether the process table opens as a tree (`tree` in config.toml, F2). Read once by
+    /// whoever sets up the tree view when the screen starts.
+    pub tree_default: bool,
+    /// NI, PRI, STATE, THREADS and PPID of the rows on screen, from /proc/PID/stat about once
+    /// a second (live only: a recording has none, so they show `-`).
+    pub stats: std::collections::HashMap<ProcKey, crate::os::procstat::ProcStat>,
+    /// When they were last asked for (a Batch's end, ns).
+    pub stats_asked_ns: u64,
+    /// Boot time (Unix seconds) and clock ticks per second of the machine shown, for START.
+    pub boot_clock: Option<(u64, u64)>,
 }
 
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -189,7 +213,26 @@ impl App {
             tree: false,
             collapsed: HashSet::new(),
             tagged: BTreeSet::new(),
+            settings: Settings::default(),
+            settings_note: "not saved: no settings file".into(),
+            columns: None,
+            color: ColorMode::Auto,
+            tree_default: false,
+            stats: Default::default(),
+            stats_asked_ns: 0,
+            boot_clock: None,
         }
+    }
+
+    /// Take the settings read from config.toml: the columns, the sort and the tree default.
+    /// The interval and colours are the front-end's to merge with the flags, which win.
+    pub fn apply_settings(&mut self, s: Settings) {
+        self.columns = s.columns.clone();
+        if let Some(b) = s.sort {
+            self.sort = b;
+        }
+        self.tree_default = s.tree.unwrap_or(false);
+        self.settings = s;
     }
 
     /// The Model the screen shows: live, or as it was when paused.

@@ -4,10 +4,12 @@ use std::time::Duration;
 
 use crossterm::event::Event;
 
+use super::Column;
 use crate::batch::Batch;
 use crate::model::procs::ProcKey;
 use crate::os::details::Details;
 use crate::os::host::HostInfo;
+use crate::os::procstat::ProcStat;
 use crate::record::RecStatus;
 use crate::source::replay::{ReplayCmd, ReplayUpdate};
 
@@ -30,6 +32,21 @@ pub enum Msg {
     Details(Box<Details>),
     /// Something to tell the user in the status line (a pin the kernel refused...).
     Notice(String),
+    /// /proc/PID/stat of the rows that were on screen (asked for by `Effect::ReadStats`).
+    Stats(Box<Vec<(ProcKey, ProcStat)>>),
+    /// The mouse, as the screen's layout places it (the front-end hit-tests the event).
+    Pointer(Pointer),
+}
+
+/// What a mouse event hit in the process table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pointer {
+    /// A click on this row (an index into `App::table_rows`).
+    Row(usize),
+    /// A click on a column's header; None for the flag column.
+    Header(Option<Column>),
+    /// The wheel: rows to move the selection by.
+    Wheel(i64),
 }
 
 /// What the UI loop must do after an update.
@@ -55,5 +72,10 @@ pub enum Effect {
     Release,
     /// Change the nice value of every thread of these processes by this step.
     Renice(Vec<ProcKey>, i32),
+    /// Read /proc/PID/stat of these processes off the UI thread and send `Msg::Stats`.
+    ReadStats(Vec<ProcKey>),
+    /// The settings changed (F2): save `App::settings`, rebuild the theme from `App::color`,
+    /// and apply `App::interval`.
+    SaveSettings,
     Quit,
 }

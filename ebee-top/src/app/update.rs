@@ -16,7 +16,7 @@ use crate::os::act::SIGNALS;
 
 impl App {
     /// Keep the selection on the same process after the rows changed.
-    fn follow_selection(&mut self) {
+    pub(super) fn follow_selection(&mut self) {
         let rows: Vec<ProcKey> = self.table_rows().iter().map(|e| e.key).collect();
         if let Some(i) = self
             .selected_key
@@ -43,9 +43,15 @@ impl App {
                     Effect::None
                 } else {
                     self.follow_selection();
-                    Effect::Redraw
+                    self.stats_due(b.end_ns)
+                        .map_or(Effect::Redraw, Effect::ReadStats)
                 }
             }
+            Msg::Stats(s) => {
+                self.stats = s.into_iter().collect();
+                Effect::Redraw
+            }
+            Msg::Pointer(p) => self.pointer(p),
             Msg::Signal(_) => Effect::Quit,
             Msg::SourceError(e) => {
                 self.error = Some(e);
@@ -119,6 +125,9 @@ impl App {
         }
         if matches!(self.overlay, Some(Overlay::Signal(_))) {
             return self.signal_key(k);
+        }
+        if let Some(Overlay::Setup(cursor)) = self.overlay {
+            return self.setup_key(cursor, k);
         }
         if let Some(o) = &self.overlay {
             let help = matches!(o, Overlay::Help);
@@ -297,6 +306,7 @@ impl App {
                 self.overlay = Some(Overlay::Help);
                 Effect::Redraw
             }
+            KeyCode::F(2) => self.open_setup(),
             _ => Effect::None,
         }
     }
@@ -452,6 +462,54 @@ impl App {
             return Effect::Redraw;
         }
         Effect::Renice(keys, delta)
+    }
+
+    /// The rows in view whose /proc/PID/stat columns are shown, when a second has passed since
+    /// they were last asked for (by the Batches' clock: live only, a replay has no /proc).
+    fn stats_due(&mut self, now_ns: u64) -> Option<Vec<ProcKey>> {
+        if self.main != MainView::Processes
+            || now_ns.saturating_sub(self.stats_asked_ns) < 1_000_000_000
+            || !self.shown_columns().iter().any(|c| c.from_stat())
+        {
+            return None;
+        }
+        self.stats_asked_ns = now_ns;
+        Some(self.table_rows().iter().map(|e| e.key).collect())
+    }
+
+    /// A click or the wheel on the process table.
+    fn pointer(&mut self, p: super::Pointer) -> Effect {
+        use super::Pointer;
+        if self.overlay.is_some() || self.filter_editing {
+            return Effect::None;
+        }
+        self.status = None;
+        match p {
+            Pointer::Wheel(d) => self.move_by(d),
+            Pointer::Row(i) => {
+                self.focus = Focus::Table;
+                self.select(i);
+                Effect::Redraw
+            }
+            Pointer::Header(col) => match col.and_then(|c| Some((c, c.sort()?))) {
+                Some((c, by)) => {
+                    let ok = self.sort_available(by);
+                    let done = format!("sorted by {} (click)", c.describe().0);
+                    let missing = format!(
+                        "no {} data from this kernel or recording: sorting by CPU",
+                        c.describe().0
+                    );
+                    self.sort_or_cpu(ok, by, &done, &missing)
+                }
+                None => {
+                    let name = col.map_or("that column", |c| c.describe().0);
+                    self.status = Some(format!(
+                        "cannot sort by {name}: click %CPU, WAIT%, RES, IO or NET"
+                    ));
+                    Effect::Redraw
+                }
+            },
+        }
     }
 
     /// Sort by `by` when the data is there, else say so (`missing`) and sort by CPU: nothing

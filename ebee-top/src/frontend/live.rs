@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use super::config::Loaded;
 use super::metrics::Endpoint;
 use super::screen::{self, Inputs};
 use crate::app::{App, Effect, Msg};
@@ -17,8 +18,10 @@ use crate::os::act::{self, Target};
 use crate::record::RecStatus;
 use crate::source::{Live, Source, Tee};
 
-/// `ebee-top` without `-b` (with `--listen`, serving metrics meanwhile).
-pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
+/// `ebee-top` without `-b` (with `--listen`, serving metrics meanwhile), with the settings
+/// read from the file (`cli` already has the file's interval and colours where no flag gave
+/// them).
+pub fn run(cli: &Cli, endpoint: Option<Endpoint>, cfg: &Loaded) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() {
         anyhow::bail!("standard output is not a terminal; use --batch for scripts and pipes");
@@ -48,7 +51,10 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let host_tx = tx.clone();
     crate::os::host::spawn(move |h| host_tx.send(Msg::Host(Box::new(h))).is_ok())
         .context("starting the host thread")?;
+    let stats = spawn_stats(tx.clone())?;
     let mut app = App::new(cli.top as usize, cli.delay);
+    super::apply_config(&mut app, cfg, &cli.screen);
+    app.boot_clock = crate::os::procstat::boot_clock();
     app.users = crate::os::details::users();
     app.threads = cli.threads;
     for pid in &cli.pids {
@@ -65,9 +71,10 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let r = screen::run(
         app,
         super::theme(&cli.screen),
-        Inputs::live(),
+        Inputs::live().saving(cfg.saver()),
         (tx, rx),
         cli.latency_report.as_deref(),
+        !cli.screen.no_mouse,
         |e| match e {
             Effect::Hold(keys) => {
                 let (ok, notes) = hold(keys);
@@ -83,6 +90,9 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
             }
             Effect::Renice(keys, delta) => {
                 let _ = act_tx.send(Msg::Notice(renice(&keys, delta)));
+            }
+            Effect::ReadStats(keys) => {
+                let _ = stats.send(keys);
             }
             Effect::SetInterval(d) => {
                 let _ = ctl_tx.send(Ctl::Interval(d));
@@ -218,4 +228,29 @@ fn spawn_drain(
         })
         .context("starting the drain thread")?;
     Ok(())
+}
+
+/// The thread that reads /proc/PID/stat for the rows on screen (NI, PRI, STATE, THREADS,
+/// PPID) when the UI asks, about once a second, and sends what it found: never the UI's work.
+fn spawn_stats(tx: mpsc::Sender<Msg>) -> anyhow::Result<mpsc::Sender<Vec<ProcKey>>> {
+    let (ask, asked) = mpsc::channel::<Vec<ProcKey>>();
+    std::thread::Builder::new()
+        .name("procstat".into())
+        .spawn(move || {
+            while let Ok(mut keys) = asked.recv() {
+                // Only the newest request matters.
+                while let Ok(k) = asked.try_recv() {
+                    keys = k;
+                }
+                let found: Vec<(ProcKey, crate::os::procstat::ProcStat)> = keys
+                    .into_iter()
+                    .filter_map(|k| Some((k, crate::os::procstat::read(k.pid, k.start_ticks)?)))
+                    .collect();
+                if tx.send(Msg::Stats(Box::new(found))).is_err() {
+                    return;
+                }
+            }
+        })
+        .context("starting the procstat thread")?;
+    Ok(ask)
 }

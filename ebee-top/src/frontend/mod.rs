@@ -6,6 +6,7 @@
 //! `main.rs` picks one. Here are the pieces they share.
 
 pub mod assets;
+pub mod config;
 pub mod export;
 pub mod latency;
 pub mod lines;
@@ -22,6 +23,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Context as _;
 
+use crate::app::ColorMode;
 use crate::cli::{Cli, ColorArg, ScreenArgs};
 use crate::probes::ProbeConfig;
 use crate::record::Reader;
@@ -90,21 +92,59 @@ pub fn open_recording(path: &Path) -> anyhow::Result<Reader<std::fs::File>> {
 /// How the screen is drawn, from `--color`, `--ascii` and the environment (NO_COLOR,
 /// COLORTERM, TERM).
 pub fn theme(a: &ScreenArgs) -> Theme {
+    theme_for(color_mode(a.color), a.ascii)
+}
+
+/// The theme for a colour mode (`--color`, or the setup screen's).
+pub fn theme_for(mode: ColorMode, ascii: bool) -> Theme {
     let env = |k: &str| std::env::var(k).ok();
-    let colors = match a.color {
-        ColorArg::Auto => Colors::detect(
+    let colors = match mode {
+        ColorMode::Auto => Colors::detect(
             env("NO_COLOR").as_deref(),
             env("COLORTERM").as_deref(),
             env("TERM").as_deref(),
         ),
-        ColorArg::Never => Colors::None,
-        ColorArg::C16 => Colors::Ansi16,
-        ColorArg::C256 => Colors::Ansi256,
-        ColorArg::Truecolor => Colors::TrueColor,
+        ColorMode::Never => Colors::None,
+        ColorMode::C16 => Colors::Ansi16,
+        ColorMode::C256 => Colors::Ansi256,
+        ColorMode::Truecolor => Colors::TrueColor,
     };
-    Theme {
-        colors,
-        ascii: a.ascii,
+    Theme { colors, ascii }
+}
+
+/// `--color` as the settings name it.
+pub fn color_mode(a: ColorArg) -> ColorMode {
+    match a {
+        ColorArg::Auto => ColorMode::Auto,
+        ColorArg::Never => ColorMode::Never,
+        ColorArg::C16 => ColorMode::C16,
+        ColorArg::C256 => ColorMode::C256,
+        ColorArg::Truecolor => ColorMode::Truecolor,
+    }
+}
+
+/// The settings' colour mode as `--color` would say it.
+pub fn color_arg(m: ColorMode) -> ColorArg {
+    match m {
+        ColorMode::Auto => ColorArg::Auto,
+        ColorMode::Never => ColorArg::Never,
+        ColorMode::C16 => ColorArg::C16,
+        ColorMode::C256 => ColorArg::C256,
+        ColorMode::Truecolor => ColorArg::Truecolor,
+    }
+}
+
+/// Give the screen's App what the settings file said (the flags have been merged in already
+/// by `main`), and say on its status line what in the file could not be used.
+pub fn apply_config(app: &mut crate::app::App, cfg: &config::Loaded, screen: &ScreenArgs) {
+    let color = screen.color;
+    app.apply_settings(cfg.settings.clone());
+    // The settings' default, unless `--tree` says so anyway.
+    app.tree = screen.tree || app.tree_default;
+    app.settings_note = cfg.note();
+    app.color = color_mode(color);
+    if let Some(w) = &cfg.warning {
+        app.status = Some(w.clone());
     }
 }
 

@@ -9,7 +9,9 @@ use crate::app::{App, Effect, Msg, ReplayControl};
 use crate::cli::ReplayArgs;
 use crate::source::replay::{self as source, Replay, ReplayCmd, ReplayUpdate};
 
-pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
+/// Replay `a.file` with the settings read from the file (the columns, the sort, the colours
+/// where `--color` was not given: `a` has them merged in).
+pub fn run(a: &ReplayArgs, cfg: &super::config::Loaded) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
     let reader = super::open_recording(&a.file)?;
     let mut replay = Replay::new(reader, &a.file, a.speed, true);
@@ -23,6 +25,7 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     let (ctl_tx, ctl_rx) = mpsc::channel::<ReplayCmd>();
     let interval = Duration::from_nanos(replay.reader().meta().interval_ns.max(1));
     let mut app = App::new(a.top as usize, interval);
+    super::apply_config(&mut app, cfg, &a.screen);
     app.users = crate::os::details::users();
     let first = a.from.map(|t| replay.command(ReplayCmd::GoTo(t)));
     if a.paused {
@@ -44,9 +47,10 @@ pub fn run(a: &ReplayArgs) -> anyhow::Result<()> {
     screen::run(
         app,
         super::theme(&a.screen),
-        Inputs::recording(),
+        Inputs::recording().saving(cfg.saver()),
         (tx, rx),
         None,
+        !a.screen.no_mouse,
         |e| {
             if let Effect::Replay(c) = e {
                 let _ = ctl_tx.send(c);

@@ -10,5 +10,6 @@ pub mod details;
 pub mod host;
 pub mod ports;
 pub mod procinfo;
+pub mod procstat;
 pub mod residency;
 pub mod rss;

@@ -5,13 +5,13 @@
 
 use ratatui::{
     Frame,
-    layout::{Constraint, Rect},
+    layout::{Constraint, Flex, Layout, Rect},
     style::Style,
     text::{Line, Span},
     widgets::{Cell, Row, Table, TableState},
 };
 
-use crate::app::{App, SortBy};
+use crate::app::{App, Column, SortBy};
 use crate::model::procs::{CELL_NS, ProcEntry};
 use crate::model::tree::TreeRow;
 use crate::view::theme::Theme;
@@ -36,17 +36,6 @@ fn io_cols(width: u16, sorted: bool) -> IoCols {
     }
 }
 
-impl IoCols {
-    /// Characters they take, with their spacing.
-    fn width(self) -> u16 {
-        match self {
-            IoCols::None => 0,
-            IoCols::Sum => 7,
-            IoCols::Both => 14,
-        }
-    }
-}
-
 /// The network columns a table `width` wide shows (the same shapes as disk I/O's), when the
 /// kernel gives network bytes.
 fn net_cols(width: u16, sorted: bool, available: bool) -> IoCols {
@@ -59,16 +48,14 @@ fn net_cols(width: u16, sorted: bool, available: bool) -> IoCols {
     }
 }
 
-/// Width of the CGROUP column (with its spacing), shown from this table width on when cgroups
-/// are followed.
-const CGROUP_W: u16 = 19;
+/// The CGROUP column is shown from this table width on when cgroups are followed.
 const CGROUP_FROM: u16 = 100;
 
-/// Columns of the burst sparkline for a table `width` wide (`extra` of them go to disk I/O,
-/// network bytes and the cgroup).
-fn burst_cols(width: u16, extra: u16) -> usize {
+/// Columns of the burst sparkline for a table `width` wide whose other fixed columns take
+/// `fixed` (with their spacing and the highlight mark).
+fn burst_cols(width: u16, fixed: u16) -> usize {
     // Half of what the fixed columns leave goes to the command, up to 2 s of cells.
-    (width.saturating_sub(49 + extra) as usize / 2).clamp(8, 200)
+    (width.saturating_sub(fixed) as usize / 2).clamp(8, 200)
 }
 
 /// A percentage in 5 characters: `12.3`, or whole from 1000 on (many threads at once).
@@ -139,6 +126,210 @@ fn short_command(cmd: &str) -> String {
     }
 }
 
+/// One column as drawn (IO and NET may be drawn as two).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drawn {
+    Flag,
+    Pid,
+    User,
+    Cpu,
+    Wait,
+    Time,
+    Res,
+    IoSum,
+    Read,
+    Write,
+    NetSum,
+    Rx,
+    Tx,
+    Cgroup,
+    Burst,
+    Command,
+    Nice,
+    Pri,
+    State,
+    Threads,
+    Ppid,
+    Start,
+}
+
+impl Drawn {
+    /// The chosen column it draws (None for the flag column).
+    fn column(self) -> Option<Column> {
+        Some(match self {
+            Drawn::Flag => return None,
+            Drawn::Pid => Column::Pid,
+            Drawn::User => Column::User,
+            Drawn::Cpu => Column::Cpu,
+            Drawn::Wait => Column::Wait,
+            Drawn::Time => Column::Time,
+            Drawn::Res => Column::Res,
+            Drawn::IoSum | Drawn::Read | Drawn::Write => Column::Io,
+            Drawn::NetSum | Drawn::Rx | Drawn::Tx => Column::Net,
+            Drawn::Cgroup => Column::Cgroup,
+            Drawn::Burst => Column::Burst,
+            Drawn::Command => Column::Command,
+            Drawn::Nice => Column::Nice,
+            Drawn::Pri => Column::Pri,
+            Drawn::State => Column::State,
+            Drawn::Threads => Column::Threads,
+            Drawn::Ppid => Column::Ppid,
+            Drawn::Start => Column::Start,
+        })
+    }
+
+    /// Its fixed width (the sparkline's and the command's are computed).
+    fn width(self) -> u16 {
+        match self {
+            Drawn::Flag => 2,
+            Drawn::Pid | Drawn::Ppid => 7,
+            Drawn::User | Drawn::Time => 8,
+            Drawn::Cpu | Drawn::Wait | Drawn::Start => 5,
+            Drawn::Res
+            | Drawn::IoSum
+            | Drawn::Read
+            | Drawn::Write
+            | Drawn::NetSum
+            | Drawn::Rx
+            | Drawn::Tx => 6,
+            Drawn::Cgroup => 18,
+            Drawn::Nice | Drawn::Pri => 3,
+            Drawn::State => 1,
+            Drawn::Threads => 4,
+            Drawn::Burst | Drawn::Command => 0,
+        }
+    }
+}
+
+/// The process table's columns for a table `width` wide, with the sparkline's width and what
+/// is left for COMMAND: the one layout that drawing and the mouse's hit-testing share.
+struct Columns {
+    drawn: Vec<Drawn>,
+    burst: usize,
+    cmd_width: usize,
+}
+
+fn columns(app: &App, width: u16) -> Columns {
+    let m = app.shown();
+    let sort = app.sort;
+    let mut drawn = vec![Drawn::Flag];
+    let io_shape = |min: IoCols, shape: IoCols, d: &mut Vec<Drawn>, sum, a, b| match shape {
+        IoCols::None if min == IoCols::None => {}
+        IoCols::None | IoCols::Sum => d.push(sum),
+        IoCols::Both => d.extend([a, b]),
+    };
+    // With no columns chosen, the automatic layout: IO, NET and CGROUP where the width allows.
+    let (chosen, min) = match &app.columns {
+        Some(c) => (c.clone(), IoCols::Sum),
+        None => (app.shown_columns(), IoCols::None),
+    };
+    for c in chosen {
+        match c {
+            Column::Pid => drawn.push(Drawn::Pid),
+            Column::User => drawn.push(Drawn::User),
+            Column::Cpu => drawn.push(Drawn::Cpu),
+            Column::Wait => drawn.push(Drawn::Wait),
+            Column::Time => drawn.push(Drawn::Time),
+            Column::Res => drawn.push(Drawn::Res),
+            Column::Io => io_shape(
+                min,
+                io_cols(width, sort == SortBy::Io),
+                &mut drawn,
+                Drawn::IoSum,
+                Drawn::Read,
+                Drawn::Write,
+            ),
+            Column::Net => {
+                let avail = m.servers.available || min == IoCols::Sum;
+                io_shape(
+                    min,
+                    net_cols(width, sort == SortBy::Net, avail),
+                    &mut drawn,
+                    Drawn::NetSum,
+                    Drawn::Rx,
+                    Drawn::Tx,
+                )
+            }
+            Column::Cgroup => {
+                if min == IoCols::Sum || (m.cgroups.available && width >= CGROUP_FROM) {
+                    drawn.push(Drawn::Cgroup)
+                }
+            }
+            Column::Burst => drawn.push(Drawn::Burst),
+            Column::Command => drawn.push(Drawn::Command),
+            Column::Nice => drawn.push(Drawn::Nice),
+            Column::Pri => drawn.push(Drawn::Pri),
+            Column::State => drawn.push(Drawn::State),
+            Column::Threads => drawn.push(Drawn::Threads),
+            Column::Ppid => drawn.push(Drawn::Ppid),
+            Column::Start => drawn.push(Drawn::Start),
+        }
+    }
+    // The highlight mark, then each fixed column and the space after it.
+    let fixed: u16 = 1 + drawn
+        .iter()
+        .filter(|d| !matches!(d, Drawn::Burst | Drawn::Command))
+        .map(|d| d.width() + 1)
+        .sum::<u16>();
+    let burst = burst_cols(width, fixed);
+    let spark = if drawn.contains(&Drawn::Burst) {
+        burst + 1
+    } else {
+        0
+    };
+    let cmd_width = (width as usize).saturating_sub(usize::from(fixed) + spark);
+    Columns {
+        drawn,
+        burst,
+        cmd_width,
+    }
+}
+
+fn constraints(cols: &Columns) -> Vec<Constraint> {
+    cols.drawn
+        .iter()
+        .map(|d| match d {
+            Drawn::Burst => Constraint::Length(cols.burst as u16),
+            Drawn::Command => Constraint::Min(10),
+            d => Constraint::Length(d.width()),
+        })
+        .collect()
+}
+
+/// Where each column of the process table drawn in `area` is: its chosen column (None for the
+/// flag column) and its x range, as ratatui's table lays them out.
+pub fn column_spans(app: &App, area: Rect) -> Vec<(Option<Column>, std::ops::Range<u16>)> {
+    let cols = columns(app, area.width);
+    // The table keeps the highlight mark's width first, then its columns one space apart.
+    let [_, rest] = Layout::horizontal([Constraint::Length(1), Constraint::Fill(0)])
+        .areas(Rect::new(area.x, area.y, area.width, 1));
+    let rects = Layout::horizontal(constraints(&cols))
+        .flex(Flex::Start)
+        .spacing(1)
+        .split(rest);
+    cols.drawn
+        .iter()
+        .zip(rects.iter())
+        .map(|(d, r)| (d.column(), r.x..r.x + r.width))
+        .collect()
+}
+
+/// The index into `App::table_rows` of the table row drawn at screen line `y` in `area`
+/// (the table scrolls so the selection stays in view).
+pub fn row_at(app: &App, area: Rect, y: u16) -> Option<usize> {
+    let n = app.table_rows().len();
+    let visible = usize::from(area.height.saturating_sub(1));
+    if y <= area.y || y >= area.y + area.height || n == 0 || visible == 0 {
+        return None;
+    }
+    let selected = app.selected.min(n - 1);
+    let first = (selected + 1).saturating_sub(visible);
+    let i = first + usize::from(y - area.y - 1);
+    (i < n).then_some(i)
+}
+
+/// The COMMAND cell's text: "(exited) " first, so a narrow column still shows it; in the thread
+/// table the thread's name then its process; argv\[0\]'s directory dropped when it does not fit.
 /// The most of the command column a tree row's branches may take.
 fn tree_room(cmd_width: usize) -> usize {
     (cmd_width * 3 / 5).max(4)
@@ -156,22 +347,84 @@ fn tree_prefix(prefix: &str, cmd_width: usize, ascii: bool) -> String {
     format!("{}{keep}", if ascii { "." } else { "…" })
 }
 
+/// The COMMAND cell: in the tree, after the row's branches (and, folded, the count of rows
+/// folded into it).
+fn command_cell(
+    e: &ProcEntry,
+    tr: Option<(&TreeRow, usize)>,
+    threads: bool,
+    cmd_width: usize,
+    ascii: bool,
+) -> String {
+    let cmd = command_text(e, threads, cmd_width);
+    let Some((r, level_w)) = tr else {
+        return cmd;
+    };
+    let pre = tree_prefix(&r.prefix_at(level_w, ascii), cmd_width, ascii);
+    match &r.sums {
+        Some(s) if r.collapsed => format!("{pre}[+{}] {cmd}", s.members.saturating_sub(1)),
+        _ => format!("{pre}{cmd}"),
+    }
+}
+
+fn command_text(e: &ProcEntry, threads: bool, cmd_width: usize) -> String {
+    let mark = if e.exited() { "(exited) " } else { "" };
+    let (pre, post) = if threads {
+        (format!("{} ({}: ", e.comm, e.tgid), ")")
+    } else {
+        (String::new(), "")
+    };
+    let mut cmd = e.command();
+    if mark.len() + pre.chars().count() + cmd.chars().count() + post.len() > cmd_width {
+        // The program's name and its arguments say more than the start of a long directory
+        // path.
+        cmd = short_command(&cmd);
+    }
+    format!("{mark}{pre}{cmd}{post}")
+}
+
+/// START: the time of day (UTC) a process started when within the last day, else its date.
+fn start_text(app: &App, start_ticks: u64) -> String {
+    let (Some((btime, tck)), true) = (app.boot_clock, start_ticks != 0) else {
+        return "-".into();
+    };
+    let at = btime + start_ticks / tck.max(1);
+    let now = app.shown().latest().map_or(at, |b| b.t_ms / 1000).max(at);
+    if now - at < 86_400 {
+        format!("{:02}:{:02}", (at / 3600) % 24, (at / 60) % 60)
+    } else {
+        let (_, mon, day) = civil(at / 86_400);
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        format!("{}{day:02}", MONTHS[(mon as usize - 1) % 12])
+    }
+}
+
+/// The calendar date (year, month 1-12, day 1-31) of a day count since 1970-01-01.
+fn civil(days: u64) -> (i64, u32, u32) {
+    // Howard Hinnant's days-to-civil, for days on or after the epoch.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
 pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let c = t.colors;
     let m = app.shown();
     let now = m.table.now_cell();
     let sort = app.sort;
-    let io = io_cols(area.width, sort == SortBy::Io);
-    let net = net_cols(area.width, sort == SortBy::Net, m.servers.available);
-    let cg = m.cgroups.available && area.width >= CGROUP_FROM;
-    let extra = io.width() + net.width() + if cg { CGROUP_W } else { 0 };
-    let bw = burst_cols(area.width, extra);
+    let cols = columns(app, area.width);
+    let bw = cols.burst;
     let waits = m.wait.available;
     let threads = app.showing_threads();
-    // What is left for COMMAND: the highlight mark, the fixed columns, the sparkline and
-    // one space between each of the nine columns.
-    let cmd_width = (area.width as usize)
-        .saturating_sub(1 + 2 + 7 + 8 + 5 + 5 + 8 + 6 + bw + 8 + usize::from(extra));
     // In the tree, each row with its branch glyphs and, folded, its subtree's sums.
     let tree = app.tree.then(|| app.tree_rows(t.ascii));
     // A deep tree in a narrow column draws its levels narrower (3, 2 or 1 characters), so
@@ -182,7 +435,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         .unwrap_or(0);
     let level_w = (1..=3)
         .rev()
-        .find(|w| deepest * w < tree_room(cmd_width))
+        .find(|w| deepest * w < tree_room(cols.cmd_width))
         .unwrap_or(1);
     let listed: Vec<(&ProcEntry, Option<&TreeRow>)> = match &tree {
         Some(rows) => rows.iter().map(|r| (r.entry, Some(r))).collect(),
@@ -203,11 +456,11 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             } else {
                 flag.to_string()
             };
-            let sums = tr.and_then(|r| r.sums.as_ref());
             if tr.is_some_and(|r| r.context) && !pinned && !e.exited() {
                 style = style.patch(c.context());
             }
             // A folded row shows its whole subtree.
+            let sums = tr.and_then(|r| r.sums.as_ref());
             let (cpu_pct, wait_pct, total_ns) = match sums {
                 Some(s) => (s.cpu_pct, s.wait_pct, s.total_ns),
                 None => (e.cpu_pct, e.wait_pct, e.total_ns),
@@ -216,60 +469,10 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 Some(s) => (s.read_per_s, s.write_per_s),
                 None => (e.read_per_s, e.write_per_s),
             };
-            let user = match e.uid {
-                Some(u) => app.users.get(&u).cloned().unwrap_or_else(|| u.to_string()),
-                None => "?".into(),
+            let (rx, tx) = match sums {
+                Some(s) => s.net.unwrap_or_default(),
+                None => m.servers.net_rate(e.key.pid).unwrap_or_default(),
             };
-            let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii);
-            // "(exited) " goes first, so a narrow column still shows it.
-            let mark = if e.exited() { "(exited) " } else { "" };
-            // In the thread table, the thread's own name, then its process.
-            let (pre, post) = if threads {
-                (format!("{} ({}: ", e.comm, e.tgid), ")")
-            } else {
-                (String::new(), "")
-            };
-            let mut cmd = e.command();
-            if mark.len() + pre.chars().count() + cmd.chars().count() + post.len() > cmd_width {
-                // The program's name and its arguments say more than the start of a long
-                // directory path.
-                cmd = short_command(&cmd);
-            }
-            let cmd = format!("{pre}{cmd}{post}");
-            let cmd = match tr {
-                Some(r) if r.collapsed => {
-                    let n = sums.map_or(0, |s| s.members.saturating_sub(1));
-                    let pre = tree_prefix(&r.prefix_at(level_w, t.ascii), cmd_width, t.ascii);
-                    format!("{pre}[+{n}] {mark}{cmd}")
-                }
-                Some(r) => {
-                    let pre = tree_prefix(&r.prefix_at(level_w, t.ascii), cmd_width, t.ascii);
-                    format!("{pre}{mark}{cmd}")
-                }
-                None => format!("{mark}{cmd}"),
-            };
-            let mut cells = vec![
-                Cell::from(flag),
-                Cell::from(format!("{:>7}", e.key.pid)),
-                Cell::from(user),
-                Cell::from(format!("{cpu_pct:>5.1}")),
-                Cell::from(if threads {
-                    // Waits and disk bytes are measured per process, not per thread.
-                    format!("{:>5}", "-")
-                } else if waits {
-                    pct5(wait_pct)
-                } else {
-                    format!("{:>5}", "n/a")
-                }),
-                Cell::from(format!("{:>8}", super::fmt_ns(total_ns))),
-                Cell::from(match (sums, m.mem.sketch.rss_of(e.tgid)) {
-                    (Some(s), _) => s
-                        .rss
-                        .map_or(format!("{:>6}", "-"), |b| format!("{:>6}", bytes(b))),
-                    (None, Some(b)) if !e.exited() => format!("{:>6}", bytes(b)),
-                    _ => format!("{:>6}", "-"),
-                }),
-            ];
             let io_cell = |v: f64| {
                 Cell::from(if threads {
                     format!("{:>6}", "-")
@@ -279,41 +482,95 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                     format!("{:>6}", "n/a")
                 })
             };
-            match io {
-                IoCols::None => {}
-                IoCols::Sum => cells.push(io_cell(read_per_s + write_per_s)),
-                IoCols::Both => {
-                    cells.push(io_cell(read_per_s));
-                    cells.push(io_cell(write_per_s));
-                }
-            }
-            let (rx, tx) = match sums {
-                Some(s) => s.net.unwrap_or_default(),
-                None => m.servers.net_rate(e.key.pid).unwrap_or_default(),
-            };
             // Socket bytes are per process too.
             let net_cell = |v: f64| {
                 Cell::from(if threads {
                     format!("{:>6}", "-")
-                } else {
+                } else if m.servers.available {
                     format!("{:>6}", rate(v))
+                } else {
+                    format!("{:>6}", "n/a")
                 })
             };
-            match net {
-                IoCols::None => {}
-                IoCols::Sum => cells.push(net_cell(rx + tx)),
-                IoCols::Both => {
-                    cells.push(net_cell(rx));
-                    cells.push(net_cell(tx));
-                }
-            }
-            if cg {
-                let name = crate::model::cgroups::short_name(&e.cgroup);
-                let name = if name.is_empty() { "-" } else { &name };
-                cells.push(Cell::from(format!("{name:<18.18}")));
-            }
-            cells.push(Cell::from(Line::from(Span::styled(burst, c.burst()))));
-            cells.push(Cell::from(cmd));
+            let st = app.stats.get(&e.key);
+            let stat = |w: usize, v: Option<String>| {
+                Cell::from(format!("{:>w$}", v.unwrap_or_else(|| "-".into())))
+            };
+            let cells: Vec<Cell> = cols
+                .drawn
+                .iter()
+                .map(|d| match d {
+                    Drawn::Flag => Cell::from(flag.clone()),
+                    Drawn::Pid => Cell::from(format!("{:>7}", e.key.pid)),
+                    Drawn::User => Cell::from(match e.uid {
+                        Some(u) => app.users.get(&u).cloned().unwrap_or_else(|| u.to_string()),
+                        None => "?".into(),
+                    }),
+                    Drawn::Cpu => Cell::from(format!("{cpu_pct:>5.1}")),
+                    Drawn::Wait => Cell::from(if threads {
+                        // Waits and disk bytes are measured per process, not per thread.
+                        format!("{:>5}", "-")
+                    } else if waits {
+                        pct5(wait_pct)
+                    } else {
+                        format!("{:>5}", "n/a")
+                    }),
+                    Drawn::Time => Cell::from(format!("{:>8}", super::fmt_ns(total_ns))),
+                    Drawn::Res => Cell::from(match (sums, m.mem.sketch.rss_of(e.tgid)) {
+                        (Some(s), _) => match s.rss {
+                            Some(b) => format!("{:>6}", bytes(b)),
+                            None => format!("{:>6}", "-"),
+                        },
+                        (None, Some(b)) if !e.exited() => format!("{:>6}", bytes(b)),
+                        _ => format!("{:>6}", "-"),
+                    }),
+                    Drawn::IoSum => io_cell(read_per_s + write_per_s),
+                    Drawn::Read => io_cell(read_per_s),
+                    Drawn::Write => io_cell(write_per_s),
+                    Drawn::NetSum => net_cell(rx + tx),
+                    Drawn::Rx => net_cell(rx),
+                    Drawn::Tx => net_cell(tx),
+                    Drawn::Cgroup => {
+                        let name = crate::model::cgroups::short_name(&e.cgroup);
+                        let name = if name.is_empty() { "-" } else { &name };
+                        Cell::from(format!("{name:<18.18}"))
+                    }
+                    Drawn::Burst => {
+                        let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii);
+                        Cell::from(Line::from(Span::styled(burst, c.burst())))
+                    }
+                    Drawn::Command => Cell::from(command_cell(
+                        e,
+                        tr.map(|r| (r, level_w)),
+                        threads,
+                        cols.cmd_width,
+                        t.ascii,
+                    )),
+                    Drawn::Nice => stat(3, st.map(|s| s.nice.to_string())),
+                    Drawn::Pri => stat(
+                        3,
+                        st.map(|s| {
+                            // Real-time tasks: the kernel's -2..-100 reads better as RT.
+                            if s.priority <= -100 {
+                                "RT".into()
+                            } else {
+                                s.priority.to_string()
+                            }
+                        }),
+                    ),
+                    Drawn::State => stat(1, st.map(|s| s.state.to_string())),
+                    Drawn::Threads => stat(4, st.map(|s| s.threads.to_string())),
+                    // /proc's when read, else the parent the Batches carry (a replay too).
+                    Drawn::Ppid => stat(
+                        7,
+                        st.map(|s| s.ppid.to_string())
+                            .or_else(|| m.lineage.ppid(e.tgid).map(|p| p.to_string())),
+                    ),
+                    Drawn::Start => {
+                        Cell::from(format!("{:>5}", start_text(app, e.key.start_ticks)))
+                    }
+                })
+                .collect();
             Row::new(cells).style(style)
         })
         .collect();
@@ -326,68 +583,45 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let mark = |by: SortBy, plain: &'static str, marked: &'static str| {
         Cell::from(if sort == by { marked } else { plain })
     };
-    let mut head = vec![
-        Cell::from("  "),
-        Cell::from(if threads { "    TID" } else { "    PID" }),
-        Cell::from("USER"),
-        Cell::from(" %CPU"),
-        mark(SortBy::Wait, "WAIT%", "WAIT*"),
-        Cell::from("    TIME"),
-        mark(SortBy::Mem, "   RES", "  RES*"),
-    ];
-    let mut widths = vec![
-        Constraint::Length(2),
-        Constraint::Length(7),
-        Constraint::Length(8),
-        Constraint::Length(5),
-        Constraint::Length(5),
-        Constraint::Length(8),
-        Constraint::Length(6),
-    ];
-    match io {
-        IoCols::None => {}
-        IoCols::Sum => {
-            head.push(mark(SortBy::Io, "  IO/s", " IO/s*"));
-            widths.push(Constraint::Length(6));
-        }
-        IoCols::Both => {
-            head.push(mark(SortBy::Io, "READ/s", "READ*"));
-            head.push(mark(SortBy::Io, "WRIT/s", "WRIT*"));
-            widths.extend([Constraint::Length(6), Constraint::Length(6)]);
-        }
-    }
-    match net {
-        IoCols::None => {}
-        IoCols::Sum => {
-            head.push(mark(SortBy::Net, " NET/s", "NET/s*"));
-            widths.push(Constraint::Length(6));
-        }
-        IoCols::Both => {
-            head.push(mark(SortBy::Net, "  RX/s", " RX/s*"));
-            head.push(mark(SortBy::Net, "  TX/s", " TX/s*"));
-            widths.extend([Constraint::Length(6), Constraint::Length(6)]);
-        }
-    }
-    if cg {
-        head.push(Cell::from("CGROUP"));
-        widths.push(Constraint::Length(18));
-    }
-    head.extend([
-        Cell::from(burst_title),
-        Cell::from(if threads {
-            "THREAD (PID: COMMAND)"
-        } else {
-            "COMMAND"
-        }),
-    ]);
-    widths.extend([Constraint::Length(bw as u16), Constraint::Min(10)]);
+    let head: Vec<Cell> = cols
+        .drawn
+        .iter()
+        .map(|d| match d {
+            Drawn::Flag => Cell::from("  "),
+            Drawn::Pid => Cell::from(if threads { "    TID" } else { "    PID" }),
+            Drawn::User => Cell::from("USER"),
+            Drawn::Cpu => Cell::from(" %CPU"),
+            Drawn::Wait => mark(SortBy::Wait, "WAIT%", "WAIT*"),
+            Drawn::Time => Cell::from("    TIME"),
+            Drawn::Res => mark(SortBy::Mem, "   RES", "  RES*"),
+            Drawn::IoSum => mark(SortBy::Io, "  IO/s", " IO/s*"),
+            Drawn::Read => mark(SortBy::Io, "READ/s", "READ*"),
+            Drawn::Write => mark(SortBy::Io, "WRIT/s", "WRIT*"),
+            Drawn::NetSum => mark(SortBy::Net, " NET/s", "NET/s*"),
+            Drawn::Rx => mark(SortBy::Net, "  RX/s", " RX/s*"),
+            Drawn::Tx => mark(SortBy::Net, "  TX/s", " TX/s*"),
+            Drawn::Cgroup => Cell::from("CGROUP"),
+            Drawn::Burst => Cell::from(burst_title.clone()),
+            Drawn::Command => Cell::from(if threads {
+                "THREAD (PID: COMMAND)"
+            } else {
+                "COMMAND"
+            }),
+            Drawn::Nice => Cell::from(" NI"),
+            Drawn::Pri => Cell::from("PRI"),
+            Drawn::State => Cell::from("S"),
+            Drawn::Threads => Cell::from(" THR"),
+            Drawn::Ppid => Cell::from("   PPID"),
+            Drawn::Start => Cell::from("START"),
+        })
+        .collect();
     let header = Row::new(head).style(c.header_row());
-    let table = Table::new(rows, widths)
+    let table = Table::new(rows, constraints(&cols))
         .header(header)
         .column_spacing(1)
+        .flex(Flex::Start)
         .highlight_symbol(">")
         .row_highlight_style(c.selected());
     let mut state = TableState::default().with_selected(Some(app.selected));
-
     f.render_stateful_widget(table, area, &mut state);
 }

@@ -16,6 +16,7 @@ mod mem_table;
 mod overlay;
 mod qos;
 mod servers;
+mod setup;
 pub mod theme;
 pub(crate) mod timeline;
 
@@ -25,7 +26,9 @@ use ratatui::{
     widgets::Paragraph,
 };
 
-use crate::app::{App, MainView, Overlay};
+use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
+
+use crate::app::{App, MainView, Overlay, Pointer};
 use theme::Theme;
 
 /// The smallest terminal we draw into; below it we say so instead.
@@ -49,6 +52,50 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
         );
         return;
     }
+    let l = layout(app, area);
+    header::render(app, t, f, l.head);
+    let (qos_pid, qos_area, burst_area, foot, tl) =
+        (l.qos_pid, l.qos_area, l.burst_area, l.foot, l.tl);
+    let left = l.left;
+    if app.main == MainView::Servers {
+        servers::render(app, t, f, left, true);
+        finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
+        return;
+    }
+    if app.main == MainView::Cgroups {
+        cgroups::render(app, t, f, left);
+        finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
+        return;
+    }
+    let (cpu, mem_area, srv_area) = (l.cpu, l.mem_area, l.srv_area);
+    cpu_table::render(app, t, f, cpu);
+    if let Some(m) = mem_area {
+        mem_table::render(app, t, f, m);
+    }
+    if let Some(s) = srv_area {
+        servers::render(app, t, f, s, false);
+    }
+    finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
+}
+
+/// Where each region of the screen goes: the one layout that drawing and the mouse share.
+struct Areas {
+    head: Rect,
+    /// The main view's column (the process, SERVERS or cgroups table and what goes under it).
+    left: Rect,
+    /// The process table.
+    cpu: Rect,
+    mem_area: Option<Rect>,
+    srv_area: Option<Rect>,
+    qos_pid: Option<u32>,
+    qos_area: Option<Rect>,
+    burst_area: Option<Rect>,
+    foot: Rect,
+    tl: Rect,
+}
+
+/// The layout of a screen `area` big, a pure function of the App.
+fn layout(app: &App, area: Rect) -> Areas {
     let head_h = header::height(app, area);
     let [head, body, foot, tl] = Layout::vertical([
         Constraint::Length(head_h),
@@ -57,7 +104,6 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
         Constraint::Length(timeline::height(app)),
     ])
     .areas(area);
-    header::render(app, t, f, head);
     let qos_pid = app.qos_pid();
     let (left, qos_area) = match qos_pid {
         Some(_) if body.width >= WIDE => {
@@ -96,15 +142,20 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
         }
         _ => (left, qos_area, None),
     };
-    if app.main == MainView::Servers {
-        servers::render(app, t, f, left, true);
-        finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
-        return;
-    }
-    if app.main == MainView::Cgroups {
-        cgroups::render(app, t, f, left);
-        finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
-        return;
+    let mut l = Areas {
+        head,
+        left,
+        cpu: left,
+        mem_area: None,
+        srv_area: None,
+        qos_pid,
+        qos_area,
+        burst_area,
+        foot,
+        tl,
+    };
+    if app.main != MainView::Processes {
+        return l;
     }
     // A few rows of the SERVERS table under the process table when servers answered requests
     // and the process table keeps at least 14 rows.
@@ -128,14 +179,42 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
     } else {
         (left, None)
     };
-    cpu_table::render(app, t, f, cpu);
-    if let Some(m) = mem_area {
-        mem_table::render(app, t, f, m);
+    (l.cpu, l.mem_area, l.srv_area) = (cpu, mem_area, srv_area);
+    l
+}
+
+/// What a mouse event on a screen `area` big hits: a row or a column header of the process
+/// table, or the wheel (anywhere). Computed from the layout drawing uses, never stored from it.
+pub fn pointer(app: &App, area: Rect, ev: MouseEvent) -> Option<Pointer> {
+    match ev.kind {
+        MouseEventKind::ScrollDown => return Some(Pointer::Wheel(1)),
+        MouseEventKind::ScrollUp => return Some(Pointer::Wheel(-1)),
+        MouseEventKind::Down(MouseButton::Left) => {}
+        _ => return None,
     }
-    if let Some(s) = srv_area {
-        servers::render(app, t, f, s, false);
+    if area.width < MIN_WIDTH
+        || area.height < MIN_HEIGHT
+        || app.main != MainView::Processes
+        || app.overlay.is_some()
+    {
+        return None;
     }
-    finish(app, t, f, area, qos_pid, qos_area, burst_area, foot, tl);
+    let cpu = layout(app, area).cpu;
+    let (x, y) = (ev.column, ev.row);
+    if x < cpu.x || x >= cpu.x + cpu.width || y < cpu.y || y >= cpu.y + cpu.height {
+        return None;
+    }
+    if y == cpu.y {
+        let spans = cpu_table::column_spans(app, cpu);
+        // A click in the space between two columns counts for the one on its left.
+        let col = spans
+            .iter()
+            .rev()
+            .find(|(_, r)| x >= r.start)
+            .map(|(c, _)| *c)?;
+        return Some(Pointer::Header(col));
+    }
+    cpu_table::row_at(app, cpu, y).map(Pointer::Row)
 }
 
 /// What every main view shares: the QoS and burst panes, the footer, the replay timeline and
@@ -164,6 +243,7 @@ fn finish(
         Some(Overlay::Help) => overlay::help(app, t, f, area),
         Some(Overlay::Details(k, d)) => overlay::details(app, t, *k, d.as_deref(), f, area),
         Some(Overlay::Signal(menu)) => overlay::signal_menu(app, t, menu, f, area),
+        Some(Overlay::Setup(cursor)) => setup::render(app, t, *cursor, f, area),
         None => {}
     }
 }
@@ -196,5 +276,7 @@ pub fn fmt_us(us: f64) -> String {
     }
 }
 
+#[cfg(test)]
+mod setup_tests;
 #[cfg(test)]
 pub(crate) mod tests;

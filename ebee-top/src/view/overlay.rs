@@ -17,11 +17,11 @@ use crate::view::theme::border_set;
 pub const HELP: &[(&str, &str)] = &[
     ("q, F10, ^C", "quit"),
     ("Up/Down, j/k", "move the selection (PgUp/PgDn, Home/End)"),
-    ("P", "sort by CPU"),
-    ("M", "sort by resident memory (RES)"),
-    ("W", "sort by run-queue wait (WAIT%: runnable, not running)"),
-    ("I", "sort by disk I/O (bytes read and written per second)"),
-    ("N", "sort by network bytes (received and sent per second)"),
+    (
+        "P / M / W",
+        "sort by CPU / resident memory / run-queue wait (WAIT%)",
+    ),
+    ("I / N", "sort by disk I/O / network bytes (per second)"),
     ("S", "SERVERS table, or processes (R/L: sort by req/s, p99)"),
     ("C", "cgroups table, or processes (Enter: its processes)"),
     (
@@ -47,6 +47,11 @@ pub const HELP: &[(&str, &str)] = &[
     ("+ / -", "longer / shorter interval (10 ms to 10 s)"),
     ("Tab", "move the focus between the table and the QoS pane"),
     ("Enter", "details of the selected process"),
+    (
+        "F2",
+        "setup: columns, sort, interval, colours, tree (saved)",
+    ),
+    ("mouse", "click a row or a header (sorts); the wheel moves"),
     ("h, ?, F1", "this help; any key closes it"),
 ];
 

@@ -16,6 +16,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use anyhow::Context as _;
 use ratatui::{Terminal, backend::Backend};
 
+use super::config::Saver;
 use super::latency::Latency;
 use crate::app::{App, Effect, Msg};
 use crate::model::procs::ProcKey;
@@ -28,6 +29,8 @@ pub struct Inputs {
     pub clock: Box<dyn FnMut() -> u64>,
     /// A process's details for the popup, read when it opens (never while drawing).
     pub details: Box<dyn FnMut(ProcKey) -> Details>,
+    /// Save the settings after a change in the setup screen (F2); the error is one line.
+    pub save: Saver,
 }
 
 impl Inputs {
@@ -36,6 +39,7 @@ impl Inputs {
         Self {
             clock: Box::new(crate::time::monotonic_ns),
             details: Box::new(|k| crate::os::details::details(k.pid, k.start_ticks)),
+            save: no_save(),
         }
     }
 
@@ -48,8 +52,19 @@ impl Inputs {
                 note: Some("from a recording: only what was recorded is known".into()),
                 ..Default::default()
             }),
+            save: no_save(),
         }
     }
+
+    /// Save the settings with `save` (the settings file's saver).
+    pub fn saving(mut self, save: Saver) -> Self {
+        self.save = save;
+        self
+    }
+}
+
+fn no_save() -> Saver {
+    Box::new(|_| Err("not saved: no settings file".into()))
 }
 
 /// The App on a terminal.
@@ -60,6 +75,8 @@ pub struct Screen<B: Backend> {
     inputs: Inputs,
     /// How late each interval's frame was, from the kernel closing it.
     latency: Latency,
+    /// The interval the source was last told (the setup screen changes `App::interval`).
+    interval: std::time::Duration,
 }
 
 impl<B: Backend> Screen<B> {
@@ -68,12 +85,14 @@ impl<B: Backend> Screen<B> {
         if let Ok(size) = terminal.size() {
             app.screen = (size.width, size.height);
         }
+        let interval = app.interval;
         Self {
             terminal,
             app,
             theme,
             inputs,
             latency: Latency::new(),
+            interval,
         }
     }
 
@@ -104,6 +123,17 @@ impl<B: Backend> Screen<B> {
             }
             _ => None,
         };
+        // The mouse, placed by the layout the frame is drawn with.
+        let msg = match msg {
+            Msg::Input(crossterm::event::Event::Mouse(m)) => {
+                let (w, h) = self.app.screen;
+                match crate::view::pointer(&self.app, ratatui::layout::Rect::new(0, 0, w, h), m) {
+                    Some(p) => Msg::Pointer(p),
+                    None => return Ok(true),
+                }
+            }
+            other => other,
+        };
         match self.app.update(msg) {
             Effect::None => return Ok(true),
             Effect::Quit => return Ok(false),
@@ -112,6 +142,16 @@ impl<B: Backend> Screen<B> {
                 // Read now, on opening: one small read, never while drawing.
                 let d = (self.inputs.details)(k);
                 self.app.update(Msg::Details(Box::new(d)));
+            }
+            Effect::SaveSettings => {
+                self.theme = super::theme_for(self.app.color, self.theme.ascii);
+                if let Err(e) = (self.inputs.save)(&self.app.settings) {
+                    self.app.status = Some(e);
+                }
+                if self.app.interval != self.interval {
+                    self.interval = self.app.interval;
+                    on_effect(Effect::SetInterval(self.interval));
+                }
             }
             other => on_effect(other),
         }
@@ -142,17 +182,20 @@ impl<B: Backend> Screen<B> {
 /// Run the screen on the real terminal: signals and input become messages on `tx`, the
 /// terminal is restored before this returns, and with `latency_report` (live only: replayed
 /// intervals ended long ago) how late each interval's frame was is written there on the way
-/// out. The App's error, if it quit on one, is the result.
+/// out. With `mouse`, clicks and the wheel reach the App. The App's error, if it quit on one,
+/// is the result.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     app: App,
     theme: Theme,
     inputs: Inputs,
     (tx, rx): (Sender<Msg>, Receiver<Msg>),
     latency_report: Option<&Path>,
+    mouse: bool,
     on_effect: impl FnMut(Effect),
 ) -> anyhow::Result<()> {
     terminal::spawn_signals(tx.clone())?;
-    let (guard, term) = terminal::Guard::enter().context("setting up the terminal")?;
+    let (guard, term) = terminal::Guard::enter(mouse).context("setting up the terminal")?;
     terminal::spawn_input(tx)?;
     let mut screen = Screen::new(term, app, theme, inputs);
     let r = screen.run(&rx, on_effect);

@@ -1,5 +1,6 @@
-//! The real terminal: raw mode and the alternate screen on entry; restored on drop, on panic,
-//! and (through the quit message the signal thread sends) on SIGINT, SIGTERM and SIGHUP. The
+//! The real terminal: raw mode, the alternate screen and (unless `--no-mouse`) mouse capture on
+//! entry; all restored on drop, on panic, and (through the quit message the signal thread
+//! sends) on SIGINT, SIGTERM and SIGHUP. The
 //! threads that turn terminal input and signals into messages for the screen loop live here
 //! too.
 
@@ -9,7 +10,9 @@ use std::sync::mpsc::Sender;
 
 use anyhow::Context as _;
 use crossterm::{
-    cursor, execute,
+    cursor,
+    event::{DisableMouseCapture, EnableMouseCapture},
+    execute,
     terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode},
 };
 use ratatui::{Terminal, backend::CrosstermBackend};
@@ -28,14 +31,15 @@ static HOOK: Once = Once::new();
 pub fn restore() {
     let _ = disable_raw_mode();
     let mut out = stdout();
-    let _ = execute!(out, LeaveAlternateScreen, cursor::Show);
+    // Turning capture off when it was never on is harmless, and covers every way out.
+    let _ = execute!(out, DisableMouseCapture, LeaveAlternateScreen, cursor::Show);
     let _ = out.flush();
 }
 
 impl Guard {
-    /// Take the terminal: raw mode, alternate screen, hidden cursor, and a panic hook that
-    /// restores it before printing one line.
-    pub fn enter() -> std::io::Result<(Self, Term)> {
+    /// Take the terminal: raw mode, alternate screen, hidden cursor, the mouse when `mouse`,
+    /// and a panic hook that restores it before printing one line.
+    pub fn enter(mouse: bool) -> std::io::Result<(Self, Term)> {
         HOOK.call_once(|| {
             let default = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
@@ -53,6 +57,9 @@ impl Guard {
         let mut out = stdout();
         // From here on, an error drops the guard, which restores the terminal.
         execute!(out, EnterAlternateScreen, cursor::Hide)?;
+        if mouse {
+            execute!(out, EnableMouseCapture)?;
+        }
         let terminal = Terminal::new(CrosstermBackend::new(out))?;
         Ok((guard, terminal))
     }

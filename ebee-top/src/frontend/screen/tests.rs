@@ -46,6 +46,7 @@ fn fakes(asked: Rc<RefCell<Vec<ProcKey>>>) -> Inputs {
                 note: None,
             }
         }),
+        save: Box::new(|_| Ok(())),
     }
 }
 
