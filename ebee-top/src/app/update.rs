@@ -37,6 +37,7 @@ impl App {
         match msg {
             Msg::Batch(b) => {
                 self.model.ingest(&b);
+                self.check_default_sort();
                 if self.paused {
                     Effect::None
                 } else {
@@ -57,6 +58,7 @@ impl App {
             }
             Msg::Replay(u) => {
                 let e = self.on_replay(*u);
+                self.check_default_sort();
                 self.follow_selection();
                 e
             }
