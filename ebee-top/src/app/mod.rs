@@ -150,6 +150,8 @@ pub struct App {
     pub stats_asked_ns: u64,
     /// Boot time (Unix seconds) and clock ticks per second of the machine shown, for START.
     pub boot_clock: Option<(u64, u64)>,
+    /// The settings' default sort was checked against the first interval's data.
+    pub sort_checked: bool,
 }
 
 pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -221,6 +223,7 @@ impl App {
             stats: Default::default(),
             stats_asked_ns: 0,
             boot_clock: None,
+            sort_checked: false,
         }
     }
 

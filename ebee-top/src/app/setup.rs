@@ -201,6 +201,25 @@ impl App {
         Some(row)
     }
 
+    /// At the first interval: a default sort from the settings that this run has no data for
+    /// (no memory pipeline, an older recording) sorts by CPU, and the status line says so.
+    pub(super) fn check_default_sort(&mut self) {
+        let Some(by) = self.settings.sort.filter(|_| !self.sort_checked) else {
+            return;
+        };
+        if self.model.latest().is_none() {
+            return;
+        }
+        self.sort_checked = true;
+        if self.sort == by && !self.sort_available(by) {
+            self.sort = SortBy::Cpu;
+            self.status = Some(format!(
+                "default sort {}: no such data from this kernel or recording: sorting by CPU",
+                super::settings::sort_key(by)
+            ));
+        }
+    }
+
     /// Whether this run has the data to sort by `by`.
     pub(super) fn sort_available(&self, by: SortBy) -> bool {
         let m = self.shown();
@@ -320,6 +339,32 @@ mod tests {
         // F2 closes, as Esc does.
         key(&mut a, KeyCode::F(2));
         assert!(a.overlay.is_none());
+    }
+
+    #[test]
+    fn a_default_sort_without_its_data_falls_back_to_cpu_at_the_first_interval() {
+        use crate::batch::Batch;
+        let mut a = App::new(20, Duration::from_millis(50));
+        a.apply_settings(crate::app::Settings {
+            sort: Some(SortBy::Mem),
+            ..Default::default()
+        });
+        assert_eq!(a.sort, SortBy::Mem);
+        let ms = 1_000_000;
+        let b = Batch::build(1, 10_000 * ms, 50 * ms).done();
+        a.update(Msg::Batch(Box::new(b)));
+        assert_eq!(a.sort, SortBy::Cpu);
+        assert!(a.status.as_deref().unwrap().contains("default sort mem"));
+        // With the data there, the default holds.
+        let mut a = App::new(20, Duration::from_millis(50));
+        a.apply_settings(crate::app::Settings {
+            sort: Some(SortBy::Wait),
+            ..Default::default()
+        });
+        let mut b = Batch::build(1, 10_000 * ms, 50 * ms).done();
+        b.wait_stats.available = true;
+        a.update(Msg::Batch(Box::new(b)));
+        assert_eq!(a.sort, SortBy::Wait);
     }
 
     #[test]

@@ -39,6 +39,7 @@ impl App {
         match msg {
             Msg::Batch(b) => {
                 self.model.ingest(&b);
+                self.check_default_sort();
                 if self.paused {
                     Effect::None
                 } else {
@@ -59,6 +60,7 @@ impl App {
             }
             Msg::Replay(u) => {
                 let e = self.on_replay(*u);
+                self.check_default_sort();
                 self.follow_selection();
                 e
             }

@@ -320,3 +320,65 @@ fn replay_steps_seeks_and_pauses() {
     r.key(KeyCode::End, none);
     assert!(r.h.screen.app().replay.as_ref().unwrap().status.at_end);
 }
+
+/// F2 changes go through the loop: each one saved, the interval forwarded to the source, and a
+/// failed save said on the status line; mouse events are placed by the drawn layout.
+#[test]
+fn setup_changes_are_saved_and_the_mouse_is_placed_by_the_layout() {
+    use crossterm::event::{MouseButton, MouseEvent, MouseEventKind};
+    use std::time::Duration;
+    let mut h = Harness::new(app(), 100, 30);
+    three(&mut h, 1, 20);
+    let saved = Rc::new(RefCell::new(Vec::new()));
+    let s2 = saved.clone();
+    h.screen.inputs.save = Box::new(move |s| {
+        s2.borrow_mut().push(s.clone());
+        if s.tree == Some(true) {
+            Err("settings not saved: disk full".into())
+        } else {
+            Ok(())
+        }
+    });
+    h.key(KeyCode::F(2));
+    assert!(h.frame().contains("setup (F2)"));
+    // To the interval line: 11 shown columns, 6 others, the sort; then one step longer.
+    for _ in 0..18 {
+        h.key(KeyCode::Down);
+    }
+    h.key(KeyCode::Right);
+    assert_eq!(
+        h.effects,
+        vec![Effect::SetInterval(Duration::from_millis(100))]
+    );
+    assert_eq!(saved.borrow().len(), 1);
+    assert_eq!(saved.borrow()[0].interval, Some(Duration::from_millis(100)));
+    assert!(h.frame().contains("< 100.0ms >"));
+    // The tree line: the save fails, and the status line says so.
+    h.key(KeyCode::Down);
+    h.key(KeyCode::Down);
+    h.key(KeyCode::Enter);
+    assert_eq!(saved.borrow().len(), 2);
+    assert!(
+        h.frame().contains("settings not saved: disk full"),
+        "{}",
+        h.frame()
+    );
+    h.key(KeyCode::Esc);
+    // A click on the third row of the table selects it.
+    let f = h.frame();
+    let y = f.lines().position(|l| l.contains("    PID")).unwrap() as u16 + 3;
+    h.send(Msg::Input(Event::Mouse(MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column: 10,
+        row: y,
+        modifiers: KeyModifiers::NONE,
+    })));
+    assert_eq!(h.screen.app().selected, 2);
+    assert!(
+        h.frame()
+            .lines()
+            .nth(usize::from(y))
+            .unwrap()
+            .starts_with('>')
+    );
+}
