@@ -1,7 +1,8 @@
 //! Drawing: one file per screen region, each a function of the App and the [`Theme`]. Views
 //! never do I/O and never change the App.
 //!
-//! Layout, by priority when space is short: the header (2 lines), the CPU table, the footer
+//! Layout, by priority when space is short: the header (2 lines, and the meters: one line
+//! below 24 rows, at most two fifths of the screen with the text), the CPU table, the footer
 //! (status, filter or key hints; the replay timeline or the recording status), then the QoS
 //! pane of the selected or pinned process (beside the table when the screen is wide, below it
 //! when it is tall, a compact strip otherwise). When the left column is tall enough, the
@@ -13,6 +14,7 @@ mod cpu_table;
 mod footer;
 mod header;
 mod mem_table;
+mod meters;
 mod overlay;
 mod qos;
 mod servers;
