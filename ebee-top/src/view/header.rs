@@ -13,21 +13,29 @@ use crate::app::App;
 use crate::view::meters;
 use crate::view::theme::Theme;
 
-/// Lines the header takes: two of text (a third one when something was lost or there is
-/// room), and the meters'.
-pub fn height(app: &App, area: Rect) -> u16 {
-    let (text, plan) = layout(app, area);
-    text + plan.lines()
+/// The header's lines: two of text (a third one when something was lost or there is room),
+/// and the meters'.
+#[derive(Clone, Copy, Debug)]
+pub struct HeaderLayout {
+    text: u16,
+    plan: meters::Plan,
 }
 
-/// The header's lines of text, and how the meters are drawn.
-fn layout(app: &App, area: Rect) -> (u16, meters::Plan) {
+impl HeaderLayout {
+    pub fn height(&self) -> u16 {
+        self.text + self.plan.lines()
+    }
+}
+
+/// The header's layout on a screen of `area`, when it and the process table share `room`
+/// lines.
+pub fn layout(app: &App, area: Rect, room: u16) -> HeaderLayout {
     let lost = app.shown().latest().is_some_and(|b| b.dropped.any());
     let text = if lost || area.height >= 40 { 3 } else { 2 };
-    (
+    HeaderLayout {
         text,
-        meters::plan(app.host.as_ref(), area.width, area.height, text),
-    )
+        plan: meters::plan(app.host.as_ref(), area.width, area.height, text, room),
+    }
 }
 
 fn uptime(s: u64) -> String {
@@ -45,7 +53,7 @@ fn gib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / (1024.0 * 1024.0))
 }
 
-pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
+pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, hl: HeaderLayout) {
     let c = t.colors;
     let m = app.shown();
     let mut first = vec![Span::styled("ebee-top", c.title())];
@@ -89,7 +97,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         first.push(Span::styled("  [paused]", c.warn()));
     }
     let mut lines = vec![Line::from(first)];
-    let (_, plan) = layout(app, area);
+    let plan = hl.plan;
     if let Some(h) = &app.host {
         lines.extend(meters::lines(h, t, plan, area.width));
     }
@@ -130,7 +138,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     });
     second.push(format!("{} sw", b.switches));
     lines.push(Line::from(second.join("  ")));
-    if usize::from(area.height) > lines.len() {
+    if hl.text >= 3 {
         let d = &b.dropped;
         let rare = |n: u64, what: &str| {
             if n > 0 {

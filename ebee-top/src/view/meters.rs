@@ -21,6 +21,8 @@ const NONE_BELOW: u16 = 16;
 /// The header (meters and text) may take at most this share of the screen, in fifths; more
 /// and the meters shrink to one line.
 const MAX_FIFTHS: u16 = 2;
+/// Lines the process table keeps whatever the meters: its header row and ten rows.
+const TABLE_KEEPS: u16 = 11;
 
 /// How the meters are drawn on a screen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,12 +54,14 @@ impl Plan {
 }
 
 /// The meters' plan for `host` on a `width` x `height` screen whose header has `text_lines`
-/// lines besides the meters.
-pub fn plan(host: Option<&HostInfo>, width: u16, height: u16, text_lines: u16) -> Plan {
+/// lines besides the meters, when the header and the process table share `room` lines (the
+/// rest being the footer, a replay's timeline and a QoS pane under the table).
+pub fn plan(host: Option<&HostInfo>, width: u16, height: u16, text_lines: u16, room: u16) -> Plan {
     let Some(h) = host.filter(|h| !h.cpus.is_empty()) else {
         return Plan::None;
     };
-    if height < NONE_BELOW {
+    let fits = |lines: u16| text_lines + lines + TABLE_KEEPS <= room;
+    if height < NONE_BELOW || !fits(1) {
         return Plan::None;
     }
     if height < COMPACT_BELOW {
@@ -81,7 +85,7 @@ pub fn plan(host: Option<&HostInfo>, width: u16, height: u16, text_lines: u16) -
             mem_beside: false,
         }
     };
-    if (text_lines + full.lines()) * 5 > height * MAX_FIFTHS {
+    if (text_lines + full.lines()) * 5 > height * MAX_FIFTHS || !fits(full.lines()) {
         Plan::Compact
     } else {
         full
@@ -352,18 +356,17 @@ pub fn lines(h: &HostInfo, t: &Theme, plan: Plan, width: u16) -> Vec<Line<'stati
 }
 
 /// One line: `CPU 0 52% 1 10%` when every CPU's number fits, else a cell per CPU (a
-/// sparkline of their busy shares, in CPU order), then memory and swap as numbers.
+/// sparkline of their busy shares, in CPU order; when even those do not fit, each cell is
+/// the busiest of a few neighbours, and the label says how many), then memory and swap as
+/// numbers as far as they fit.
 fn compact(h: &HostInfo, t: &Theme, width: usize) -> Line<'static> {
     let c = t.colors;
-    let mem = match &h.mem {
-        Some(m) => format!(
-            "  Mem {}/{}  Swp {}/{}",
-            size(m.used()),
-            size(m.total),
-            size(m.swap_used()),
-            size(m.swap_total)
+    let (mem, swap) = match &h.mem {
+        Some(m) => (
+            format!("  Mem {}/{}", size(m.used()), size(m.total)),
+            format!("  Swp {}/{}", size(m.swap_used()), size(m.swap_total)),
         ),
-        None => String::new(),
+        None => (String::new(), String::new()),
     };
     let numbers: Vec<String> = h
         .cpus
@@ -372,24 +375,58 @@ fn compact(h: &HostInfo, t: &Theme, width: usize) -> Line<'static> {
         .collect();
     let mut spans = vec![Span::styled("CPU", c.title())];
     let used = 3 + numbers.iter().map(String::len).sum::<usize>();
-    if used + mem.len() <= width {
+    let tail = if used + mem.len() + swap.len() <= width {
         for (s, n) in h.cpus.iter().zip(numbers) {
             spans.push(Span::styled(n, busy_style(t, s)));
         }
+        mem + &swap
     } else {
-        let cells: String = h
-            .cpus
-            .iter()
-            .map(|s| crate::view::theme::spark((s.busy() * 10.0) as u64, 1000, t.ascii))
-            .collect();
-        spans.push(Span::raw(format!(
-            "{}-{} ",
+        let n = h.cpus.len();
+        let range = format!(
+            " {}-{} ",
             h.cpus.first().map_or(0, |s| s.cpu),
             h.cpus.last().map_or(0, |s| s.cpu)
-        )));
+        );
+        let room = width.saturating_sub(3 + range.len());
+        // A cell per CPU with as much of memory and swap as fits beside them; else memory
+        // beside cells that fold neighbours together; else the cells alone.
+        let fold = |tail: &str| {
+            // The label's length depends on the fold, which depends on the room left.
+            let mut per = n.div_ceil(room.saturating_sub(tail.len()).max(1)).max(2);
+            loop {
+                let label = format!("{range}(busiest of {per}) ");
+                let cells = width.saturating_sub(3 + label.len() + tail.len());
+                if n.div_ceil(per) <= cells || cells == 0 {
+                    return (label, per, cells);
+                }
+                per += 1;
+            }
+        };
+        let (label, tail, per) = if n + mem.len() + swap.len() <= room {
+            (range, mem + &swap, 1)
+        } else if n + mem.len() <= room {
+            (range, mem, 1)
+        } else if let (label, per, 16..) = fold(&mem) {
+            (label, mem, per)
+        } else if n <= room {
+            (range, String::new(), 1)
+        } else {
+            let (label, per, _) = fold("");
+            (label, String::new(), per)
+        };
+        let cells: String = h
+            .cpus
+            .chunks(per)
+            .map(|g| {
+                let busiest = g.iter().map(CpuShare::busy).fold(0.0, f64::max);
+                crate::view::theme::spark((busiest * 10.0) as u64, 1000, t.ascii)
+            })
+            .collect();
+        spans.push(Span::raw(label));
         spans.push(Span::styled(cells, fg(c.burst())));
-    }
-    spans.push(Span::raw(mem));
+        tail
+    };
+    spans.push(Span::raw(tail));
     Line::from(spans)
 }
 
@@ -456,39 +493,46 @@ mod tests {
             ..Default::default()
         };
         let h2 = host(2);
-        assert_eq!(plan(None, 80, 24, 2), Plan::None);
-        assert_eq!(plan(Some(&HostInfo::default()), 80, 24, 2), Plan::None);
+        assert_eq!(plan(None, 80, 24, 2, 23), Plan::None);
+        assert_eq!(plan(Some(&HostInfo::default()), 80, 24, 2, 23), Plan::None);
         // Two CPUs at 80x24: the CPUs, memory and swap in one line.
         assert_eq!(
-            plan(Some(&h2), 80, 24, 2),
+            plan(Some(&h2), 80, 24, 2, 23),
             Plan::Full {
                 columns: 4,
                 rows: 1,
                 mem_beside: true
             }
         );
-        assert_eq!(plan(Some(&h2), 80, 23, 2), Plan::Compact);
-        assert_eq!(plan(Some(&h2), 80, 15, 2), Plan::None);
+        assert_eq!(plan(Some(&h2), 80, 23, 2, 22), Plan::Compact);
+        assert_eq!(plan(Some(&h2), 80, 15, 2, 14), Plan::None);
         // 64 CPUs: four columns of 16 at 200x50; too many lines for 80x24.
         let h64 = host(64);
         assert_eq!(
-            plan(Some(&h64), 200, 50, 2),
+            plan(Some(&h64), 200, 50, 2, 49),
             Plan::Full {
                 columns: 4,
                 rows: 16,
                 mem_beside: false
             }
         );
-        assert_eq!(plan(Some(&h64), 80, 24, 2), Plan::Compact);
+        assert_eq!(plan(Some(&h64), 80, 24, 2, 23), Plan::Compact);
         // Six CPUs at 80 columns: two lines of three, evenly.
         assert_eq!(
-            plan(Some(&host(6)), 80, 40, 2),
+            plan(Some(&host(6)), 80, 40, 2, 39),
             Plan::Full {
                 columns: 3,
                 rows: 2,
                 mem_beside: false
             }
         );
+        // A QoS pane of 7 lines under the table at 80x24 leaves 16 for the header and the
+        // table: nine CPUs' four lines would leave the table 9 rows, so they fold into one;
+        // with 12 there is no room even for that.
+        let h9 = host(9);
+        assert_eq!(plan(Some(&h9), 80, 24, 2, 16), Plan::Compact);
+        assert_eq!(plan(Some(&h9), 80, 24, 2, 23).lines(), 4);
+        assert_eq!(plan(Some(&h9), 80, 20, 2, 12), Plan::None);
     }
 
     #[test]
@@ -497,5 +541,248 @@ mod tests {
         assert_eq!(size(4 << 30), "4.0G");
         assert_eq!(size(3 << 40), "3.0T");
         assert_eq!(size(0), "0M");
+    }
+
+    /// Whole screens drawn into ratatui's TestBackend with the meters (`cargo insta review`
+    /// after an intended change).
+    mod screens {
+        use std::time::Duration;
+
+        use ratatui::{Terminal, backend::TestBackend};
+
+        use super::share;
+        use crate::app::{App, Msg};
+        use crate::batch::ProcInfo;
+        use crate::batch::qos::QosBatch;
+        use crate::os::host::{CpuShare, HostInfo, MemInfo};
+        use crate::view::tests::{MS, batch, buffer_text, proc, qos_sample};
+        use crate::view::theme::Theme;
+
+        const GIB: u64 = 1 << 30;
+
+        /// `n` CPUs with shares that differ from CPU to CPU (every kind somewhere), 24 GiB of
+        /// memory of which 6.5 are used, 2 GiB of swap of which 256 MiB are used.
+        fn host(n: u32) -> HostInfo {
+            HostInfo {
+                hostname: "db1".into(),
+                kernel: "6.18.0".into(),
+                uptime_s: 93_784,
+                load: [0.52, 0.40, 0.31],
+                cpu_busy_pct: Some(37.5),
+                mem_total_kib: 24 * 1024 * 1024,
+                mem_avail_kib: 16 * 1024 * 1024,
+                cpus: (0..n)
+                    .map(|c| {
+                        let k = f64::from(c % 7);
+                        CpuShare {
+                            iowait: if c % 3 == 1 { 4.0 } else { 0.0 },
+                            irq: if c % 4 == 2 { 3.0 } else { 0.0 },
+                            steal: if c % 5 == 3 { 2.0 } else { 0.0 },
+                            ..share(c, 10.0 + 9.0 * k, 2.0 + 2.0 * k)
+                        }
+                    })
+                    .collect(),
+                mem: Some(MemInfo {
+                    total: 24 * GIB,
+                    free: 4 * GIB,
+                    available: 16 * GIB,
+                    buffers: GIB / 2,
+                    cached: 13 * GIB,
+                    swap_total: 2 * GIB,
+                    swap_free: 2 * GIB - GIB / 4,
+                }),
+                psi: None,
+            }
+        }
+
+        /// 40 processes (more than any table here shows), `n` CPUs; with `qos`, the first one
+        /// is pinned, so a QoS pane goes under the table when the screen is narrow.
+        fn busy(n: u32, qos: bool) -> App {
+            let mut a = crate::view::tests::app();
+            a.host = Some(host(n));
+            let procs: Vec<ProcInfo> = (0..40)
+                .map(|i| proc(1000 + i, "worker", &format!("worker --shard {i}")))
+                .collect();
+            if qos {
+                a.model.table.pin_pid(1000);
+            }
+            for seq in 1..=20 {
+                let rows: Vec<(u32, [u64; 5])> = (0..40u32)
+                    .map(|i| (1000 + i, [u64::from(40 - i) * MS / 10; 5]))
+                    .collect();
+                let mut b = batch(seq, &rows, &procs);
+                if qos {
+                    b.pinned = vec![1000];
+                    b.qos = QosBatch {
+                        procs: vec![qos_sample(1000, false)],
+                        request_model: true,
+                        ..Default::default()
+                    };
+                }
+                a.update(Msg::Batch(Box::new(b)));
+            }
+            a
+        }
+
+        fn text_with(app: &App, theme: Theme, w: u16, h: u16) -> String {
+            let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+            t.draw(|f| crate::view::render(app, &theme, f)).unwrap();
+            buffer_text(t.backend().buffer())
+        }
+
+        fn text(app: &App, w: u16, h: u16) -> String {
+            text_with(app, Theme::default(), w, h)
+        }
+
+        /// Rows of the process table: the lines under its header row that show a process.
+        fn table_rows(t: &str) -> usize {
+            t.lines()
+                .skip_while(|l| !l.contains("COMMAND"))
+                .filter(|l| l.contains("worker --shard"))
+                .count()
+        }
+
+        #[test]
+        fn at_80x24_the_table_keeps_ten_rows() {
+            // Without meters (no per-CPU reading yet): what the table gets today.
+            let mut a = busy(2, false);
+            a.host.as_mut().unwrap().cpus.clear();
+            assert_eq!(table_rows(&text(&a, 80, 24)), 20);
+            let mut q = busy(2, true);
+            q.host.as_mut().unwrap().cpus.clear();
+            assert_eq!(table_rows(&text(&q, 80, 24)), 13);
+            // With them, whatever the CPUs, with or without a QoS pane under the table.
+            for n in [1, 2, 4, 6, 8, 9, 12, 16, 24, 32, 64, 128, 256] {
+                for qos in [false, true] {
+                    let t = text(&busy(n, qos), 80, 24);
+                    let rows = table_rows(&t);
+                    assert!(rows >= 10, "{n} CPUs, qos {qos}: {rows} rows\n{t}");
+                }
+            }
+            let t = text(&busy(2, false), 80, 24);
+            assert_eq!(table_rows(&t), 19, "{t}");
+            let t = text(&busy(2, true), 80, 24);
+            assert_eq!(table_rows(&t), 12, "{t}");
+        }
+
+        #[test]
+        fn two_cpus_80x24() {
+            let t = text(&busy(2, false), 80, 24);
+            let meters = t.lines().nth(1).unwrap_or_default();
+            // CPU 1: 19% user, 4% system, 4% iowait.
+            assert!(meters.starts_with("0[||  "), "{t}");
+            assert!(meters.contains(" 1[") && meters.contains("27.0%]"), "{t}");
+            // Used: 24 - 4 free - 0.5 buffers - 13 cache.
+            assert!(
+                meters.contains("Mem[") && meters.contains("6.5G/24.0G]"),
+                "{t}"
+            );
+            assert!(
+                meters.contains("Swp[") && meters.contains("256M/2.0G]"),
+                "{t}"
+            );
+            // The memory meter replaces the text line's memory.
+            assert!(!t.contains("Mem 8.0/24.0G"), "{t}");
+            insta::assert_snapshot!(t);
+        }
+
+        #[test]
+        fn two_cpus_200x50() {
+            let t = text(&busy(2, false), 200, 50);
+            let meters = t.lines().nth(1).unwrap_or_default();
+            assert!(meters.contains(" 1[") && meters.contains("Swp["), "{t}");
+            insta::assert_snapshot!(t);
+        }
+
+        #[test]
+        fn sixty_four_cpus_200x50() {
+            let t = text(&busy(64, false), 200, 50);
+            // Four columns of sixteen, numbered down each column.
+            let first = t.lines().nth(1).unwrap_or_default();
+            for c in [" 0[", "16[", "32[", "48["] {
+                assert!(first.contains(c), "{c}: {t}");
+            }
+            let last = t.lines().nth(16).unwrap_or_default();
+            assert!(last.contains("15[") && last.contains("63["), "{t}");
+            assert!(
+                t.lines().nth(17).unwrap_or_default().starts_with("Mem["),
+                "{t}"
+            );
+            assert_eq!(table_rows(&t), 20, "the top 20, all of them: {t}");
+            insta::assert_snapshot!(t);
+        }
+
+        #[test]
+        fn ascii_meters() {
+            let ascii = Theme {
+                ascii: true,
+                ..Theme::default()
+            };
+            let t = text_with(&busy(2, false), ascii, 80, 24);
+            assert!(t.is_ascii(), "{t}");
+            // CPU 1's system time after its user time.
+            let meters = t.lines().nth(1).unwrap_or_default();
+            assert!(meters.contains(" 1[|||#  "), "{t}");
+            insta::assert_snapshot!(t);
+            let wide = text_with(&busy(64, false), ascii, 200, 50);
+            assert!(wide.is_ascii(), "{wide}");
+            for kind in ['#', '.', '*', '%'] {
+                assert!(
+                    wide.lines().take(17).any(|l| l.contains(kind)),
+                    "{kind}: {wide}"
+                );
+            }
+            let short = text_with(&busy(64, false), ascii, 80, 23);
+            assert!(short.is_ascii(), "{short}");
+        }
+
+        #[test]
+        fn below_24_rows_one_line() {
+            let t = text(&busy(2, false), 80, 23);
+            let line = t.lines().nth(1).unwrap_or_default();
+            assert_eq!(
+                line, "CPU 0 12% 1 27%  Mem 6.5G/24.0G  Swp 256M/2.0G",
+                "{t}"
+            );
+            assert!(
+                t.lines()
+                    .nth(2)
+                    .unwrap_or_default()
+                    .starts_with("CPU 37.5% of 2")
+            );
+            // Too many CPUs for their numbers: a cell each, at 110 columns with memory and swap.
+            let t = text(&busy(64, false), 110, 23);
+            let line = t.lines().nth(1).unwrap_or_default();
+            assert!(line.starts_with("CPU 0-63 "), "{t}");
+            assert!(line.ends_with("  Mem 6.5G/24.0G  Swp 256M/2.0G"), "{t}");
+            assert_eq!(
+                line.chars()
+                    .filter(|c| ('\u{2581}'..='\u{2588}').contains(c))
+                    .count(),
+                64,
+                "{t}"
+            );
+            insta::assert_snapshot!(t);
+            // At 80 columns, the busiest of each two, and memory.
+            let t = text(&busy(64, false), 80, 23);
+            let line = t.lines().nth(1).unwrap_or_default();
+            assert!(line.starts_with("CPU 0-63 (busiest of 2) "), "{t}");
+            assert!(line.ends_with("  Mem 6.5G/24.0G"), "{t}");
+            insta::assert_snapshot!("compact_64_cpus_80x23", t);
+            // 256 CPUs: a cell for the busiest of each seven, and memory.
+            let t = text(&busy(256, false), 80, 23);
+            let line = t.lines().nth(1).unwrap_or_default();
+            assert!(line.starts_with("CPU 0-255 (busiest of 7) "), "{t}");
+            assert!(line.ends_with("  Mem 6.5G/24.0G"), "{t}");
+            // The smallest screens keep every line for the table.
+            let t = text(&busy(2, false), 80, 15);
+            assert!(
+                t.lines()
+                    .nth(1)
+                    .unwrap_or_default()
+                    .starts_with("CPU 37.5%"),
+                "{t}"
+            );
+        }
     }
 }

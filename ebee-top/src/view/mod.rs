@@ -51,15 +51,24 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
         );
         return;
     }
-    let head_h = header::height(app, area);
+    // The header's meters leave the process table ten rows, with a QoS pane under it too.
+    let qos_under = match app.qos_pid() {
+        Some(_) if area.width < WIDE && area.height >= TALL => qos::FULL_HEIGHT,
+        Some(_) if area.width < WIDE => qos::COMPACT_HEIGHT,
+        _ => 0,
+    };
+    let room = area
+        .height
+        .saturating_sub(1 + timeline::height(app) + qos_under);
+    let head_layout = header::layout(app, area, room);
     let [head, body, foot, tl] = Layout::vertical([
-        Constraint::Length(head_h),
+        Constraint::Length(head_layout.height()),
         Constraint::Min(3),
         Constraint::Length(1),
         Constraint::Length(timeline::height(app)),
     ])
     .areas(area);
-    header::render(app, t, f, head);
+    header::render(app, t, f, head, head_layout);
     let qos_pid = app.qos_pid();
     let (left, qos_area) = match qos_pid {
         Some(_) if body.width >= WIDE => {
