@@ -546,7 +546,6 @@ mod tests {
     /// Whole screens drawn into ratatui's TestBackend with the meters (`cargo insta review`
     /// after an intended change).
     mod screens {
-        use std::time::Duration;
 
         use ratatui::{Terminal, backend::TestBackend};
 
