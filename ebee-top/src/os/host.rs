@@ -196,16 +196,16 @@ pub struct StatSampler {
 }
 
 impl StatSampler {
-    /// A sampler whose first `next` gives the shares since now.
+    /// A sampler whose first `read` gives the shares since now.
     pub fn start() -> Self {
         let mut s = Self::default();
-        s.next();
+        s.read();
         s
     }
 
     /// The shares since the previous reading; None on the first reading, or when /proc/stat
     /// could not be read now or then.
-    pub fn next(&mut self) -> Option<StatShares> {
+    pub fn read(&mut self) -> Option<StatShares> {
         let now = std::fs::read("/proc/stat")
             .ok()
             .and_then(|s| parse_stat(&s));
@@ -328,7 +328,7 @@ impl HostReader {
             .map(|l| [l.one, l.five, l.fifteen].map(f64::from))
             .unwrap_or_default();
         let uptime = procfs::Uptime::current().map_or(0.0, |u| u.uptime);
-        let StatShares { all, cpus } = self.stat.next().unwrap_or_default();
+        let StatShares { all, cpus } = self.stat.read().unwrap_or_default();
         let mem = meminfo();
         HostInfo {
             hostname: read("/proc/sys/kernel/hostname").trim().to_string(),

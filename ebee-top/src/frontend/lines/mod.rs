@@ -42,8 +42,8 @@ impl HostSampler {
 
     /// None when /proc/stat could not be read (now or at the previous interval): no numbers
     /// rather than made-up ones.
-    fn next(&mut self) -> Option<Host> {
-        let s = self.0.next()?;
+    fn read(&mut self) -> Option<Host> {
+        let s = self.0.read()?;
         Some(Host {
             cpus: s.cpus,
             mem: crate::os::host::meminfo(),
@@ -91,7 +91,7 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
         let Some(b) = source.next_batch()? else { break };
         latency.drained(b.end_ns, monotonic_ns());
         model.ingest(&b);
-        let h = host.next();
+        let h = host.read();
         match write(&mut out, &model, k, cli.format, h.as_ref()).and_then(|()| out.flush()) {
             Ok(()) => latency.shown(b.end_ns, monotonic_ns()),
             // The reader went away (`| head`): that is a normal end.
