@@ -355,7 +355,7 @@ pub fn lines(h: &HostInfo, t: &Theme, plan: Plan, width: u16) -> Vec<Line<'stati
     }
 }
 
-/// One line: `CPU 0 52% 1 10%` when every CPU's number fits, else a cell per CPU (a
+/// One line: `CPUs 0 52% 1 10%` when every CPU's number fits, else a cell per CPU (a
 /// sparkline of their busy shares, in CPU order; when even those do not fit, each cell is
 /// the busiest of a few neighbours, and the label says how many), then memory and swap as
 /// numbers as far as they fit.
@@ -373,8 +373,10 @@ fn compact(h: &HostInfo, t: &Theme, width: usize) -> Line<'static> {
         .iter()
         .map(|s| format!(" {} {:.0}%", s.cpu, s.busy().clamp(0.0, 100.0)))
         .collect();
-    let mut spans = vec![Span::styled("CPU", c.title())];
-    let used = 3 + numbers.iter().map(String::len).sum::<usize>();
+    // `CPUs`, not `CPU`: a line that reads as a pid after three cells is a table row to a
+    // reader of the screen (the tmux tests' `rows`).
+    let mut spans = vec![Span::styled("CPUs", c.title())];
+    let used = 4 + numbers.iter().map(String::len).sum::<usize>();
     let tail = if used + mem.len() + swap.len() <= width {
         for (s, n) in h.cpus.iter().zip(numbers) {
             spans.push(Span::styled(n, busy_style(t, s)));
@@ -387,7 +389,7 @@ fn compact(h: &HostInfo, t: &Theme, width: usize) -> Line<'static> {
             h.cpus.first().map_or(0, |s| s.cpu),
             h.cpus.last().map_or(0, |s| s.cpu)
         );
-        let room = width.saturating_sub(3 + range.len());
+        let room = width.saturating_sub(4 + range.len());
         // A cell per CPU with as much of memory and swap as fits beside them; else memory
         // beside cells that fold neighbours together; else the cells alone.
         let fold = |tail: &str| {
@@ -395,7 +397,7 @@ fn compact(h: &HostInfo, t: &Theme, width: usize) -> Line<'static> {
             let mut per = n.div_ceil(room.saturating_sub(tail.len()).max(1)).max(2);
             loop {
                 let label = format!("{range}(busiest of {per}) ");
-                let cells = width.saturating_sub(3 + label.len() + tail.len());
+                let cells = width.saturating_sub(4 + label.len() + tail.len());
                 if n.div_ceil(per) <= cells || cells == 0 {
                     return (label, per, cells);
                 }
@@ -740,7 +742,7 @@ mod tests {
             let t = text(&busy(2, false), 80, 23);
             let line = t.lines().nth(1).unwrap_or_default();
             assert_eq!(
-                line, "CPU 0 12% 1 27%  Mem 6.5G/24.0G  Swp 256M/2.0G",
+                line, "CPUs 0 12% 1 27%  Mem 6.5G/24.0G  Swp 256M/2.0G",
                 "{t}"
             );
             assert!(
@@ -752,7 +754,7 @@ mod tests {
             // Too many CPUs for their numbers: a cell each, at 110 columns with memory and swap.
             let t = text(&busy(64, false), 110, 23);
             let line = t.lines().nth(1).unwrap_or_default();
-            assert!(line.starts_with("CPU 0-63 "), "{t}");
+            assert!(line.starts_with("CPUs 0-63 "), "{t}");
             assert!(line.ends_with("  Mem 6.5G/24.0G  Swp 256M/2.0G"), "{t}");
             assert_eq!(
                 line.chars()
@@ -765,13 +767,13 @@ mod tests {
             // At 80 columns, the busiest of each two, and memory.
             let t = text(&busy(64, false), 80, 23);
             let line = t.lines().nth(1).unwrap_or_default();
-            assert!(line.starts_with("CPU 0-63 (busiest of 2) "), "{t}");
+            assert!(line.starts_with("CPUs 0-63 (busiest of 2) "), "{t}");
             assert!(line.ends_with("  Mem 6.5G/24.0G"), "{t}");
             insta::assert_snapshot!("compact_64_cpus_80x23", t);
             // 256 CPUs: a cell for the busiest of each seven, and memory.
             let t = text(&busy(256, false), 80, 23);
             let line = t.lines().nth(1).unwrap_or_default();
-            assert!(line.starts_with("CPU 0-255 (busiest of 7) "), "{t}");
+            assert!(line.starts_with("CPUs 0-255 (busiest of 7) "), "{t}");
             assert!(line.ends_with("  Mem 6.5G/24.0G"), "{t}");
             // The smallest screens keep every line for the table.
             let t = text(&busy(2, false), 80, 15);
