@@ -6,7 +6,9 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ebee_tests::{bin, bpf_ids_of, ebee_top, load, loaded_map_ids, loaded_program_ids, privileged};
+use ebee_tests::{
+    bin, bpf_ids_of, ebee_top, load, loaded_map_ids, loaded_program_ids, privileged, spawn_guarded,
+};
 
 #[test]
 fn json_lines_follow_the_schema() {
@@ -83,6 +85,109 @@ fn json_lines_follow_the_schema() {
         "the busy child was in the top 3 with a quarter of a CPU in only {busy_seen} of 5 \
          intervals:\n{out}"
     );
+}
+
+/// `host.cpus[]` against a load of our own: a busy loop pinned to CPU 1 (sched_setaffinity in
+/// the child before exec) keeps that CPU busy for the whole run, so /proc/stat's per-interval
+/// differences must show CPU 1 busy in every interval the loop spans; each CPU's parts add up
+/// to its busy share; memory agrees with /proc/meminfo read here.
+#[test]
+fn json_host_cpus_see_a_busy_loop_pinned_to_cpu_1() {
+    if !privileged("json_host_cpus_see_a_busy_loop_pinned_to_cpu_1") {
+        return;
+    }
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if ncpus < 2 {
+        eprintln!("SKIPPED json_host_cpus_see_a_busy_loop_pinned_to_cpu_1: needs two CPUs");
+        return;
+    }
+    let mut cmd = Command::new(bin("ebee-load"));
+    cmd.args(["burn", "--duty", "1.0", "--seconds", "20"])
+        .stdin(Stdio::null());
+    // SAFETY: runs in the child between fork and exec; sched_setaffinity is a plain syscall on
+    // a set built on the child's stack.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        cmd.pre_exec(|| {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(1, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spin = spawn_guarded(&mut cmd).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", spin.pid())).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Cpus_allowed_list:", "1"]),
+        "the loop is pinned to CPU 1:\n{status}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let (code, out, err) = ebee_top(&["-b", "--format", "json", "-d", "0.5", "-n", "6"]);
+    assert_eq!(code, 0, "stderr: {err}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    let mem_total = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024;
+    let mut busy1 = Vec::new();
+    for (i, v) in lines.iter().enumerate() {
+        let cpus = v["host"]["cpus"].as_array().expect("host.cpus: array");
+        assert!(!cpus.is_empty() && cpus.len() <= ncpus, "interval {i}: {v}");
+        for c in cpus {
+            let n = c["cpu"].as_u64().expect("cpu: u64");
+            assert!((n as usize) < ncpus, "{c}");
+            let part = |k: &str| c[k].as_f64().unwrap_or_else(|| panic!("{k}: f64 in {c}"));
+            let busy = part("busy_pct");
+            let sum: f64 = [
+                "user_pct",
+                "system_pct",
+                "iowait_pct",
+                "irq_pct",
+                "steal_pct",
+            ]
+            .iter()
+            .map(|k| part(k))
+            .sum();
+            assert!((0.0..=100.0).contains(&busy), "{c}");
+            // Five parts rounded to 0.01 and the busy share rounded too.
+            assert!(
+                (sum - busy).abs() <= 0.035,
+                "parts {sum} against busy {busy}: {c}"
+            );
+            if n == 1 {
+                busy1.push(busy);
+            }
+        }
+        let m = &v["host"]["mem"];
+        let total = m["total_bytes"].as_u64().expect("mem.total_bytes");
+        assert_eq!(total, mem_total, "MemTotal does not change");
+        let used = m["used_bytes"].as_u64().unwrap();
+        let (buffers, cached) = (
+            m["buffers_bytes"].as_u64().unwrap(),
+            m["cached_bytes"].as_u64().unwrap(),
+        );
+        assert!(used > 0 && used + buffers + cached <= total, "{m}");
+        let s = &v["host"]["swap"];
+        assert!(s["used_bytes"].as_u64().unwrap() <= s["total_bytes"].as_u64().unwrap());
+    }
+    assert_eq!(busy1.len(), 6, "CPU 1 in every interval: {out}");
+    // The loop ran before the first interval began and after the last ended; the middle ones
+    // are whole intervals of it (the first one spans ebee-top's start as well).
+    for (i, b) in busy1.iter().enumerate().skip(1).take(4) {
+        assert!(*b > 80.0, "CPU 1 busy {b}% in interval {i}: {busy1:?}");
+    }
+    drop(spin);
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! The header: host, kernel, uptime, load, CPU and memory totals; the interval, context
-//! switches, ebee-top's own cost, and what was lost.
+//! The header: host, kernel, uptime, load; the meters (each CPU, memory, swap: see
+//! [`super::meters`]); CPU and memory totals, the interval, context switches, ebee-top's own
+//! cost, and what was lost.
 
 use ratatui::{
     Frame,
@@ -9,12 +10,32 @@ use ratatui::{
 };
 
 use crate::app::App;
+use crate::view::meters;
 use crate::view::theme::Theme;
 
-/// Lines the header takes: a third one when something was lost or there is room.
-pub fn height(app: &App, area: Rect) -> u16 {
+/// The header's lines: two of text (a third one when something was lost or there is room),
+/// and the meters'.
+#[derive(Clone, Copy, Debug)]
+pub struct HeaderLayout {
+    text: u16,
+    plan: meters::Plan,
+}
+
+impl HeaderLayout {
+    pub fn height(&self) -> u16 {
+        self.text + self.plan.lines()
+    }
+}
+
+/// The header's layout on a screen of `area`, when it and the process table share `room`
+/// lines.
+pub fn layout(app: &App, area: Rect, room: u16) -> HeaderLayout {
     let lost = app.shown().latest().is_some_and(|b| b.dropped.any());
-    if lost || area.height >= 40 { 3 } else { 2 }
+    let text = if lost || area.height >= 40 { 3 } else { 2 };
+    HeaderLayout {
+        text,
+        plan: meters::plan(app.host.as_ref(), area.width, area.height, text, room),
+    }
 }
 
 fn uptime(s: u64) -> String {
@@ -32,7 +53,7 @@ fn gib(kib: u64) -> String {
     format!("{:.1}", kib as f64 / (1024.0 * 1024.0))
 }
 
-pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
+pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, hl: HeaderLayout) {
     let c = t.colors;
     let m = app.shown();
     let mut first = vec![Span::styled("ebee-top", c.title())];
@@ -76,6 +97,10 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         first.push(Span::styled("  [paused]", c.warn()));
     }
     let mut lines = vec![Line::from(first)];
+    let plan = hl.plan;
+    if let Some(h) = &app.host {
+        lines.extend(meters::lines(h, t, plan, area.width));
+    }
     let Some(b) = m.latest() else {
         lines.push(Line::from("waiting for the first interval..."));
         f.render_widget(Paragraph::new(lines), area);
@@ -86,7 +111,8 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         if let Some(busy) = h.cpu_busy_pct {
             second.push(format!("CPU {busy:.1}% of {}", b.ncpus));
         }
-        if h.mem_total_kib > 0 {
+        // The memory meter shows it when there are meters.
+        if h.mem_total_kib > 0 && plan == meters::Plan::None {
             second.push(format!(
                 "Mem {}/{}G",
                 gib(h.mem_total_kib.saturating_sub(h.mem_avail_kib)),
@@ -112,7 +138,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     });
     second.push(format!("{} sw", b.switches));
     lines.push(Line::from(second.join("  ")));
-    if area.height >= 3 {
+    if hl.text >= 3 {
         let d = &b.dropped;
         let rare = |n: u64, what: &str| {
             if n > 0 {

@@ -1,7 +1,8 @@
 //! Drawing: one file per screen region, each a function of the App and the [`Theme`]. Views
 //! never do I/O and never change the App.
 //!
-//! Layout, by priority when space is short: the header (2 lines), the CPU table, the footer
+//! Layout, by priority when space is short: the header (2 lines, and the meters: one line
+//! below 24 rows, at most two fifths of the screen with the text), the CPU table, the footer
 //! (status, filter or key hints; the replay timeline or the recording status), then the QoS
 //! pane of the selected or pinned process (beside the table when the screen is wide, below it
 //! when it is tall, a compact strip otherwise). When the left column is tall enough, the
@@ -13,6 +14,7 @@ mod cpu_table;
 mod footer;
 mod header;
 mod mem_table;
+mod meters;
 mod overlay;
 mod qos;
 mod servers;
@@ -53,7 +55,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
         return;
     }
     let l = layout(app, area);
-    header::render(app, t, f, l.head);
+    header::render(app, t, f, l.head, l.head_layout);
     let (qos_pid, qos_area, burst_area, foot, tl) =
         (l.qos_pid, l.qos_area, l.burst_area, l.foot, l.tl);
     let left = l.left;
@@ -81,6 +83,8 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame) {
 /// Where each region of the screen goes: the one layout that drawing and the mouse share.
 struct Areas {
     head: Rect,
+    /// What the header holds (meters, lines) in `head`.
+    head_layout: header::HeaderLayout,
     /// The main view's column (the process, SERVERS or cgroups table and what goes under it).
     left: Rect,
     /// The process table.
@@ -96,9 +100,18 @@ struct Areas {
 
 /// The layout of a screen `area` big, a pure function of the App.
 fn layout(app: &App, area: Rect) -> Areas {
-    let head_h = header::height(app, area);
+    // The header's meters leave the process table ten rows, with a QoS pane under it too.
+    let qos_under = match app.qos_pid() {
+        Some(_) if area.width < WIDE && area.height >= TALL => qos::FULL_HEIGHT,
+        Some(_) if area.width < WIDE => qos::COMPACT_HEIGHT,
+        _ => 0,
+    };
+    let room = area
+        .height
+        .saturating_sub(1 + timeline::height(app) + qos_under);
+    let head_layout = header::layout(app, area, room);
     let [head, body, foot, tl] = Layout::vertical([
-        Constraint::Length(head_h),
+        Constraint::Length(head_layout.height()),
         Constraint::Min(3),
         Constraint::Length(1),
         Constraint::Length(timeline::height(app)),
@@ -144,6 +157,7 @@ fn layout(app: &App, area: Rect) -> Areas {
     };
     let mut l = Areas {
         head,
+        head_layout,
         left,
         cpu: left,
         mem_area: None,

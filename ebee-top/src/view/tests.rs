@@ -48,6 +48,7 @@ fn host() -> HostInfo {
         mem_total_kib: 24 * 1024 * 1024,
         mem_avail_kib: 20 * 1024 * 1024,
         psi: None,
+        ..HostInfo::default()
     }
 }
 

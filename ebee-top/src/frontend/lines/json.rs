@@ -4,7 +4,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::QOS_TOP_SYSCALLS;
+use super::{Host, QOS_TOP_SYSCALLS};
 
 use crate::batch::cgroup::{CgroupRow, CgroupStats};
 use crate::batch::servers::ServersStats;
@@ -295,6 +295,70 @@ fn json_net(m: &Model, k: usize) -> Vec<JsonNet> {
 }
 
 #[derive(Serialize)]
+struct JsonHostCpu {
+    cpu: u32,
+    busy_pct: f64,
+    user_pct: f64,
+    system_pct: f64,
+    iowait_pct: f64,
+    irq_pct: f64,
+    steal_pct: f64,
+}
+
+#[derive(Serialize)]
+struct JsonHostMem {
+    total_bytes: u64,
+    used_bytes: u64,
+    free_bytes: u64,
+    available_bytes: u64,
+    buffers_bytes: u64,
+    cached_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct JsonHostSwap {
+    total_bytes: u64,
+    used_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct JsonHost {
+    cpus: Vec<JsonHostCpu>,
+    mem: Option<JsonHostMem>,
+    swap: Option<JsonHostSwap>,
+}
+
+fn json_host(h: &Host) -> JsonHost {
+    JsonHost {
+        cpus: h
+            .cpus
+            .iter()
+            .map(|c| JsonHostCpu {
+                cpu: c.cpu,
+                busy_pct: r2(c.busy()),
+                user_pct: r2(c.user),
+                system_pct: r2(c.system),
+                iowait_pct: r2(c.iowait),
+                irq_pct: r2(c.irq),
+                steal_pct: r2(c.steal),
+            })
+            .collect(),
+        mem: h.mem.map(|m| JsonHostMem {
+            total_bytes: m.total,
+            used_bytes: m.used(),
+            free_bytes: m.free,
+            available_bytes: m.available,
+            buffers_bytes: m.buffers,
+            cached_bytes: m.cached,
+        }),
+        swap: h.mem.map(|m| JsonHostSwap {
+            total_bytes: m.swap_total,
+            used_bytes: m.swap_used(),
+        }),
+    }
+}
+
+#[derive(Serialize)]
 struct JsonLine<'a> {
     t_ms: u64,
     interval_ms: u64,
@@ -328,6 +392,9 @@ struct JsonLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     cgroups_exact: Option<Vec<JsonCgroup<'a>>>,
     cgroup_stats: &'a CgroupStats,
+    /// Batch mode's own /proc readings for the interval; null where there are none (an
+    /// unreadable /proc/stat, or an export: a recording does not keep them).
+    host: Option<JsonHost>,
 }
 
 fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
@@ -345,8 +412,19 @@ fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
         .collect()
 }
 
-/// One JSON object for the last interval, followed by a newline.
+/// One JSON object for the last interval, followed by a newline; `host` null.
 pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {
+    write_json_host(out, m, k, None)
+}
+
+/// One JSON object for the last interval, with the machine's readings for it, followed by a
+/// newline.
+pub fn write_json_host(
+    out: &mut impl Write,
+    m: &Model,
+    k: usize,
+    host: Option<&Host>,
+) -> std::io::Result<()> {
     let Some(b) = m.latest() else { return Ok(()) };
     // With --threads the rows are threads (the Batch says whether it carried them).
     let (top, exact) = match m.top_threads(k) {
@@ -384,6 +462,7 @@ pub fn write_json(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
             .as_deref()
             .map(|c| json_cgroups(c, b.interval_ns(), k)),
         cgroup_stats: &b.cgroup_stats,
+        host: host.map(json_host),
     };
     serde_json::to_writer(&mut *out, &line)?;
     out.write_all(b"\n")
@@ -418,6 +497,64 @@ mod tests {
         assert_eq!(v["mem_growth"].as_array().map(Vec::len), Some(1));
         assert_eq!(v["mem_stats"]["available"], true);
         assert!(v.get("mem_exact").is_none());
+    }
+
+    #[test]
+    fn host_follows_the_schema() {
+        use crate::os::host::{CpuShare, MemInfo};
+        let mut out = Vec::new();
+        write_json(&mut out, &model(), 20).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert!(v["host"].is_null(), "no readings, no numbers: {v}");
+        let host = Host {
+            cpus: vec![CpuShare {
+                cpu: 1,
+                user: 61.0 / 0.9,
+                system: 10.0,
+                iowait: 1.0 / 3.0,
+                irq: 2.0,
+                steal: 0.5,
+            }],
+            mem: Some(MemInfo {
+                total: 1000,
+                free: 100,
+                available: 600,
+                buffers: 50,
+                cached: 300,
+                swap_total: 200,
+                swap_free: 150,
+            }),
+        };
+        let mut out = Vec::new();
+        write_json_host(&mut out, &model(), 20, Some(&host)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let c = &v["host"]["cpus"][0];
+        assert_eq!(c["cpu"], 1);
+        assert_eq!(c["user_pct"], 67.78);
+        assert_eq!(c["system_pct"], 10.0);
+        assert_eq!(c["iowait_pct"], 0.33);
+        assert_eq!(c["irq_pct"], 2.0);
+        assert_eq!(c["steal_pct"], 0.5);
+        // The parts add up to busy within their rounding.
+        assert_eq!(c["busy_pct"], 80.61);
+        let m = &v["host"]["mem"];
+        assert_eq!(m["total_bytes"], 1000);
+        assert_eq!(m["used_bytes"], 550);
+        assert_eq!(m["free_bytes"], 100);
+        assert_eq!(m["available_bytes"], 600);
+        assert_eq!(m["buffers_bytes"], 50);
+        assert_eq!(m["cached_bytes"], 300);
+        assert_eq!(v["host"]["swap"]["total_bytes"], 200);
+        assert_eq!(v["host"]["swap"]["used_bytes"], 50);
+        let no_mem = Host { mem: None, ..host };
+        let mut out = Vec::new();
+        write_json_host(&mut out, &model(), 20, Some(&no_mem)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert!(
+            v["host"]["mem"].is_null() && v["host"]["swap"].is_null(),
+            "{v}"
+        );
+        assert_eq!(v["host"]["cpus"].as_array().map(Vec::len), Some(1));
     }
 
     #[test]

@@ -9,24 +9,59 @@ use std::io::Write as _;
 
 use anyhow::Context as _;
 
-pub use json::write_json;
-pub use text::write_text;
+pub use json::{write_json, write_json_host};
+pub use text::{write_text, write_text_host};
 
 use super::latency::Latency;
 use super::metrics::Endpoint;
 use crate::cli::{Cli, Format};
 use crate::model::Model;
+use crate::os::host::{CpuShare, MemInfo, StatSampler};
 use crate::source::{Live, Source, Tee};
 use crate::time::monotonic_ns;
 
 /// Syscalls listed per pinned process.
 pub const QOS_TOP_SYSCALLS: usize = 5;
 
+/// The machine over one interval of batch mode: each CPU's time from the difference of two
+/// readings of /proc/stat (one per interval, the first at start), memory and swap from
+/// /proc/meminfo when the interval closed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Host {
+    pub cpus: Vec<CpuShare>,
+    pub mem: Option<MemInfo>,
+}
+
+/// Reads [`Host`] once per interval.
+struct HostSampler(StatSampler);
+
+impl HostSampler {
+    fn start() -> Self {
+        Self(StatSampler::start())
+    }
+
+    /// None when /proc/stat could not be read (now or at the previous interval): no numbers
+    /// rather than made-up ones.
+    fn read(&mut self) -> Option<Host> {
+        let s = self.0.read()?;
+        Some(Host {
+            cpus: s.cpus,
+            mem: crate::os::host::meminfo(),
+        })
+    }
+}
+
 /// One interval of the Model in the chosen format.
-pub fn write(out: &mut impl std::io::Write, m: &Model, k: usize, f: Format) -> std::io::Result<()> {
+pub fn write(
+    out: &mut impl std::io::Write,
+    m: &Model,
+    k: usize,
+    f: Format,
+    host: Option<&Host>,
+) -> std::io::Result<()> {
     match f {
-        Format::Json => write_json(out, m, k),
-        Format::Text => write_text(out, m, k),
+        Format::Json => write_json_host(out, m, k, host),
+        Format::Text => write_text_host(out, m, k, host),
     }
 }
 
@@ -51,11 +86,13 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let k = cli.top as usize;
     let mut n = 0u64;
     let mut latency = Latency::new();
+    let mut host = HostSampler::start();
     while !quit.load(std::sync::atomic::Ordering::Relaxed) {
         let Some(b) = source.next_batch()? else { break };
         latency.drained(b.end_ns, monotonic_ns());
         model.ingest(&b);
-        match write(&mut out, &model, k, cli.format).and_then(|()| out.flush()) {
+        let h = host.read();
+        match write(&mut out, &model, k, cli.format, h.as_ref()).and_then(|()| out.flush()) {
             Ok(()) => latency.shown(b.end_ns, monotonic_ns()),
             // The reader went away (`| head`): that is a normal end.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),

@@ -3,12 +3,47 @@
 
 use std::io::Write;
 
-use super::QOS_TOP_SYSCALLS;
+use super::{Host, QOS_TOP_SYSCALLS};
 use crate::model::Model;
 use crate::time::fmt_wall;
 
 /// A top-style block of text for the last interval.
 pub fn write_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<()> {
+    write_text_host(out, m, k, None)
+}
+
+/// Each CPU's busy share, memory and swap, on one line.
+fn write_host_text(out: &mut impl Write, h: &Host) -> std::io::Result<()> {
+    let cpus: Vec<String> = h
+        .cpus
+        .iter()
+        .map(|c| format!("{} {:.1}", c.cpu, c.busy()))
+        .collect();
+    write!(out, "host: busy% by cpu {}", cpus.join(", "))?;
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    if let Some(mem) = &h.mem {
+        write!(
+            out,
+            "; mem MiB used {:.1}, buffers {:.1}, cache {:.1} of {:.1}; swap MiB used {:.1} of {:.1}",
+            mib(mem.used()),
+            mib(mem.buffers),
+            mib(mem.cached),
+            mib(mem.total),
+            mib(mem.swap_used()),
+            mib(mem.swap_total)
+        )?;
+    }
+    writeln!(out)
+}
+
+/// A top-style block of text for the last interval, with the machine's readings for it
+/// (when there are some) under the header line.
+pub fn write_text_host(
+    out: &mut impl Write,
+    m: &Model,
+    k: usize,
+    host: Option<&Host>,
+) -> std::io::Result<()> {
     let Some(b) = m.latest() else { return Ok(()) };
     let d = &b.dropped;
     writeln!(
@@ -22,6 +57,9 @@ pub fn write_text(out: &mut impl Write, m: &Model, k: usize) -> std::io::Result<
         d.sketch_evicted_ns,
         d.sketch_evictions
     )?;
+    if let Some(h) = host {
+        write_host_text(out, h)?;
+    }
     match m.top_threads(k) {
         Some(rows) => {
             writeln!(
@@ -319,6 +357,48 @@ mod tests {
             s.lines()
                 .any(|l| l.contains("42") && l.contains("300.0") && l.contains("+64.0"))
         );
+    }
+
+    #[test]
+    fn a_host_line_under_the_header() {
+        use crate::os::host::{CpuShare, MemInfo};
+        let host = Host {
+            cpus: vec![
+                CpuShare {
+                    cpu: 0,
+                    user: 40.0,
+                    system: 12.25,
+                    ..Default::default()
+                },
+                CpuShare {
+                    cpu: 1,
+                    ..Default::default()
+                },
+            ],
+            mem: Some(MemInfo {
+                total: 24 << 30,
+                free: 4 << 30,
+                buffers: 1 << 29,
+                cached: 13 << 30,
+                swap_total: 2 << 30,
+                swap_free: 7 << 28,
+                ..Default::default()
+            }),
+        };
+        let mut out = Vec::new();
+        write_text_host(&mut out, &model(), 20, Some(&host)).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert_eq!(
+            s.lines().nth(1),
+            Some(
+                "host: busy% by cpu 0 52.2, 1 0.0; mem MiB used 6656.0, buffers 512.0, \
+                 cache 13312.0 of 24576.0; swap MiB used 256.0 of 2048.0"
+            ),
+            "{s}"
+        );
+        let mut out = Vec::new();
+        write_text(&mut out, &model(), 20).unwrap();
+        assert!(!String::from_utf8(out).unwrap().contains("host:"));
     }
 
     #[test]
