@@ -9,7 +9,8 @@
 //!
 //! The socket is bound first ([`Endpoint::bind`], before anything is loaded), so a port in use
 //! is one line and exit code 9. [`meter`] holds the fold and the extension point for new
-//! pipelines' metrics; [`exposition`] the formats; [`http`] the server and its limits.
+//! pipelines' metrics; [`exposition`] the formats; [`http`] the server and its limits;
+//! [`web`] the `--web-config` file (TLS, client certificates, basic auth), read with the socket.
 
 mod cgroups;
 pub mod exposition;
@@ -20,8 +21,10 @@ mod own;
 mod pinned;
 mod process;
 mod servers;
+pub mod web;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
@@ -52,6 +55,7 @@ pub struct ListenError {
 pub struct Endpoint {
     listener: std::net::TcpListener,
     addr: SocketAddr,
+    web: Option<Arc<web::Web>>,
 }
 
 impl Endpoint {
@@ -76,7 +80,19 @@ impl Endpoint {
         })?;
         // Port 0 asks the kernel for a free one: report the one it gave.
         let addr = listener.local_addr().unwrap_or(addr);
-        Ok(Self { listener, addr })
+        Ok(Self {
+            listener,
+            addr,
+            web: None,
+        })
+    }
+
+    /// Read `--web-config` when given (a broken one is a typed error: exit code 10).
+    pub fn secure(mut self, web_config: Option<&Path>) -> Result<Self, web::WebConfigError> {
+        if let Some(p) = web_config {
+            self.web = Some(Arc::new(web::Web::load(p)?));
+        }
+        Ok(self)
     }
 
     /// The address actually bound.
@@ -85,9 +101,15 @@ impl Endpoint {
     }
 }
 
-/// Bind `--listen` if it was given.
-pub fn bind(listen: Option<SocketAddr>) -> Result<Option<Endpoint>, ListenError> {
-    listen.map(Endpoint::bind).transpose()
+/// Bind `--listen` if it was given, and read its `--web-config`.
+pub fn bind(
+    listen: Option<SocketAddr>,
+    web_config: Option<&Path>,
+) -> anyhow::Result<Option<Endpoint>> {
+    match listen {
+        Some(a) => Ok(Some(Endpoint::bind(a)?.secure(web_config)?)),
+        None => Ok(None),
+    }
 }
 
 /// The running endpoint: the fold thread and the HTTP server.
@@ -96,6 +118,7 @@ pub struct Metrics {
     dropped: Arc<AtomicU64>,
     _http: http::Server,
     addr: SocketAddr,
+    tls: bool,
 }
 
 /// What the drain side holds: hands each Batch to the metrics thread without waiting.
@@ -128,6 +151,7 @@ impl Metrics {
         let d = dropped.clone();
         let stats = Arc::new(http::HttpStats::default());
         let st = stats.clone();
+        let web = endpoint.web.clone();
         // The thread ends when every sender is gone (the Metered source holds clones).
         std::thread::Builder::new()
             .name("metrics".into())
@@ -135,25 +159,32 @@ impl Metrics {
                 while let Ok(b) = rx.recv() {
                     meter.ingest(&b);
                     meter.set_queue_dropped(d.load(Ordering::Relaxed));
-                    meter.set_connections(
-                        st.evicted.load(Ordering::Relaxed),
-                        st.refused.load(Ordering::Relaxed),
-                    );
+                    let reload_errors = web
+                        .as_ref()
+                        .map_or(0, |w| w.reload_errors.load(Ordering::Relaxed));
+                    meter.set_connections(st.counts(reload_errors));
                     snap_tx.send_replace(Arc::new(meter.snapshot()));
                 }
             })
             .context("starting the metrics thread")?;
-        let http = http::spawn(endpoint.listener, snap_rx, stats)?;
+        let tls = endpoint.web.as_ref().is_some_and(|w| w.tls());
+        let http = http::spawn(endpoint.listener, snap_rx, stats, endpoint.web)?;
         Ok(Self {
             tx,
             dropped,
             _http: http,
             addr: endpoint.addr,
+            tls,
         })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `https` with TLS from `--web-config`, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
     }
 
     pub fn tap(&self) -> Tap {
@@ -235,7 +266,8 @@ pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
     }
     let metrics = Metrics::start(endpoint, a.metrics_top as usize)?;
     eprintln!(
-        "ebee-top: serving metrics at http://{}/metrics (interval {:?}, top {} per measure)",
+        "ebee-top: serving metrics at {}://{}/metrics (interval {:?}, top {} per measure)",
+        metrics.scheme(),
         metrics.addr(),
         a.delay,
         a.metrics_top
