@@ -41,6 +41,8 @@ pub use meter::{Meter, Section};
 
 /// Batches queued for the metrics thread before new ones are dropped (and counted).
 pub const QUEUE: usize = 100;
+/// Connections the kernel queues for the metrics socket before it is accepted.
+pub const LISTEN_BACKLOG: i32 = 1024;
 
 /// `--listen` could not be used: the address is taken, not ours, or not allowed.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +80,15 @@ impl Endpoint {
                 _ => e.to_string(),
             },
         })?;
+        // std listens with a backlog of 128: a few hundred connections opened at once (a
+        // scanner, or silent clients replaced as fast as they are evicted) would fill it, and
+        // a scrape's SYN dropped there waits a second for its retransmission. A second
+        // listen() only raises the queue (the kernel caps it at net.core.somaxconn).
+        {
+            use std::os::fd::AsRawFd as _;
+            // SAFETY: listen(2) on a socket we own and that stays open; no memory is passed.
+            unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) };
+        }
         // Port 0 asks the kernel for a free one: report the one it gave.
         let addr = listener.local_addr().unwrap_or(addr);
         Ok(Self {
