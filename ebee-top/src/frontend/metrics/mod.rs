@@ -43,6 +43,8 @@ pub use meter::{Meter, Section};
 pub const QUEUE: usize = 100;
 /// Connections the kernel queues for the metrics socket before it is accepted.
 pub const LISTEN_BACKLOG: i32 = 1024;
+/// Seconds the kernel holds a connection that has sent nothing before handing it over.
+pub const DEFER_ACCEPT_S: i32 = 1;
 
 /// `--listen` could not be used: the address is taken, not ours, or not allowed.
 #[derive(Debug, thiserror::Error)]
@@ -84,10 +86,25 @@ impl Endpoint {
         // scanner, or silent clients replaced as fast as they are evicted) would fill it, and
         // a scrape's SYN dropped there waits a second for its retransmission. A second
         // listen() only raises the queue (the kernel caps it at net.core.somaxconn).
+        // TCP_DEFER_ACCEPT: a connection that has sent nothing is not handed to accept()
+        // for DEFER_ACCEPT_S, so silent ones wait in the kernel (no descriptor, no task) while
+        // every HTTP client and TLS handshake, which speak first, come straight through.
         {
             use std::os::fd::AsRawFd as _;
-            // SAFETY: listen(2) on a socket we own and that stays open; no memory is passed.
-            unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) };
+            let fd = listener.as_raw_fd();
+            let secs: libc::c_int = DEFER_ACCEPT_S;
+            // SAFETY: listen(2) and setsockopt(2) on a socket we own and that stays open; the
+            // option's value is a c_int that lives across the call, with its size.
+            unsafe {
+                libc::listen(fd, LISTEN_BACKLOG);
+                libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_DEFER_ACCEPT,
+                    (&raw const secs).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
         }
         // Port 0 asks the kernel for a free one: report the one it gave.
         let addr = listener.local_addr().unwrap_or(addr);
