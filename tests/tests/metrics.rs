@@ -1060,3 +1060,130 @@ fn a_broken_web_config_exits_10_before_anything_loads() {
         }
     }
 }
+
+/// Base64 of `s` (RFC 4648, with padding), for a Basic credential.
+fn b64(s: &str) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in s.as_bytes().chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_flood_of_wrong_passwords_does_not_stall_scrapes() {
+    if !privileged("a_flood_of_wrong_passwords_does_not_stall_scrapes") {
+        return;
+    }
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    assert_eq!(b64("prometheus:s3cret"), "cHJvbWV0aGV1czpzM2NyZXQ=");
+    assert_eq!(b64("prometheus:wrong"), "cHJvbWV0aGV1czp3cm9uZw==");
+    let dir = tempfile::tempdir().unwrap();
+    let line = run(Command::new("htpasswd").args(["-nbB", "prometheus", "s3cret"]));
+    let hash = line.trim().strip_prefix("prometheus:").unwrap().to_owned();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+    let serve = Serve::start(&["-d", "0.2", "--web-config", web.to_str().unwrap()]);
+    // The scraper's credential is checked once, before the flood (a credential first seen
+    // while the flood holds every place in the bcrypt queue would be refused unchecked).
+    let good = format!("Authorization: Basic {}", b64("prometheus:s3cret"));
+    let (status, head, _) = http_get(&serve.addr, "/metrics", &[&good]).unwrap();
+    assert_eq!(status, 200, "{head}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let leaked = Arc::new(AtomicU64::new(0));
+    // Sixteen clients sending wrong passwords, each one new, as fast as they are answered
+    // (more at once than the bcrypt queue holds).
+    let flood: Vec<_> = (0..16)
+        .map(|t| {
+            let (addr, stop, sent, leaked) = (
+                serve.addr.clone(),
+                stop.clone(),
+                sent.clone(),
+                leaked.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let cred = format!(
+                        "Authorization: Basic {}",
+                        b64(&format!("prometheus:w{t}-{n}"))
+                    );
+                    match http_get(&addr, "/metrics", &[&cred]) {
+                        Ok((401, _, _)) => {}
+                        Ok(_) => {
+                            leaked.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {}
+                    }
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    let mut bad = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        let t = Instant::now();
+        match http_get(&serve.addr, "/metrics", &[&good]) {
+            Ok((200, _, body)) if body.contains("ebee_intervals_total") => {}
+            other => bad.push(format!("{other:?}")),
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        std::thread::sleep(Duration::from_millis(100).saturating_sub(t.elapsed()));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for f in flood {
+        f.join().unwrap();
+    }
+    let sent = sent.load(Ordering::Relaxed);
+    times.sort_by(f64::total_cmp);
+    eprintln!(
+        "{} scrapes beside {sent} wrong passwords in 5 s ({:.0}/s): median {:.2} ms, max {:.2} ms",
+        times.len(),
+        sent as f64 / 5.0,
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
+    assert!(
+        bad.is_empty(),
+        "scrapes with the right password not answered 200: {bad:?}"
+    );
+    assert_eq!(
+        leaked.load(Ordering::Relaxed),
+        0,
+        "a wrong password was let in"
+    );
+    let (status, head, _) = http_get(&serve.addr, "/metrics", &[]).unwrap();
+    assert_eq!(status, 401, "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("www-authenticate: basic"),
+        "{head}"
+    );
+    let (_, _, body) = http_get(&serve.addr, "/metrics", &[&good]).unwrap();
+    let unauthorized: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("ebee_metrics_unauthorized_requests_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        unauthorized >= sent as f64 * 0.9,
+        "{unauthorized} counted of {sent}"
+    );
+    assert_eq!(serve.stop(), Some(0));
+}
