@@ -338,7 +338,7 @@ async fn accept_loop(
                 None => serve_connection(TokioIo::new(stream), snaps, s, active, st).await,
                 Some(tls) => {
                     // Still fresh (evictable) during the handshake; plain HTTP, another CA's
-                    // certificate or a handshake left unfinished end here, unanswered.
+                    // certificate or a handshake left unfinished end here, with no data.
                     match tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await {
                         Ok(Ok(t)) => serve_connection(TokioIo::new(t), snaps, s, active, st).await,
                         _ => {
