@@ -167,6 +167,11 @@ pub struct Cli {
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<SocketAddr>,
 
+    /// With --listen: TLS, client certificates, basic auth and headers from a Prometheus
+    /// exporter-toolkit web config (node_exporter's --web.config.file format).
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub web_config: Option<PathBuf>,
+
     /// With --listen: processes exported per measure (CPU, memory, wait, disk read, disk
     /// write); the number of series is bounded by five times this.
     #[arg(long, value_name = "K", default_value_t = DEFAULT_METRICS_TOP, requires = "listen",
@@ -211,6 +216,11 @@ pub struct ServeArgs {
     /// 0.0.0.0:9477 exposes them to the network).
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: SocketAddr,
+
+    /// TLS, client certificates, basic auth and headers from a Prometheus exporter-toolkit
+    /// web config (node_exporter's --web.config.file format).
+    #[arg(long, value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
 
     /// Seconds between intervals (minimum 0.01). Scrapes see the last closed interval.
     #[arg(short = 'd', long = "delay", value_name = "SECS", default_value = "1",

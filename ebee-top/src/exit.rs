@@ -26,6 +26,9 @@ pub const NEWER_RECORDING: i32 = 8;
 /// `--listen` cannot be used: the port is in use, the address is not this machine's, or
 /// binding it is not allowed.
 pub const CANNOT_LISTEN: i32 = 9;
+/// `--web-config` cannot be used: unreadable, not valid YAML, an unknown key, a certificate,
+/// key or CA that does not load, a key that does not match its certificate, a hash not bcrypt.
+pub const BAD_WEB_CONFIG: i32 = 10;
 
 /// The exit code for an error, from the first typed cause in its chain.
 pub fn code_for(err: &anyhow::Error) -> i32 {
@@ -36,6 +39,12 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
             .is_some()
         {
             return CANNOT_LISTEN;
+        }
+        if cause
+            .downcast_ref::<crate::frontend::metrics::web::WebConfigError>()
+            .is_some()
+        {
+            return BAD_WEB_CONFIG;
         }
         if let Some(p) = cause.downcast_ref::<ProbeError>() {
             return match p {

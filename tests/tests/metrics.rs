@@ -1,7 +1,9 @@
 //! The metrics endpoint end to end, with the real engines: `promtool check metrics` on a real
 //! scrape, a real Prometheus scraping `ebee-top serve` every second and its `rate()` of a
-//! child's CPU against /proc/PID/schedstat, garbage and abusive requests, and `--listen` on a
-//! port in use.
+//! child's CPU against /proc/PID/schedstat, garbage and abusive requests, silent connections
+//! by the hundred, `--listen` on a port in use, and a real Prometheus scraping over TLS with a
+//! client certificate and basic auth from `--web-config` (certificates made with openssl, the
+//! hash with htpasswd).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
 
@@ -680,4 +682,508 @@ fn batch_mode_serves_metrics_beside_its_output() {
         std::net::TcpStream::connect(&addr).is_err(),
         "nothing listens after exit"
     );
+}
+
+/// Run a command; its stdout (it must succeed).
+fn run(cmd: &mut Command) -> String {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A CA (`NAME-ca.pem`, `NAME-ca.key`) in `dir`.
+fn make_ca(dir: &std::path::Path, name: &str) {
+    run(Command::new("openssl")
+        .current_dir(dir)
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args(["-keyout", &format!("{name}-ca.key")])
+        .args(["-out", &format!("{name}-ca.pem")])
+        .args(["-subj", &format!("/CN={name} test CA")]));
+}
+
+/// A certificate `OUT.pem` with key `OUT.key`, signed by CA `ca`, for `usage` (serverAuth with
+/// the SAN 127.0.0.1, or clientAuth).
+fn make_cert(dir: &std::path::Path, ca: &str, out: &str, usage: &str) {
+    run(Command::new("openssl")
+        .current_dir(dir)
+        .args([
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-keyout", &format!("{out}.key")])
+        .args([
+            "-out",
+            &format!("{out}.csr"),
+            "-subj",
+            &format!("/CN={out}"),
+        ]));
+    let ext = format!("{out}.ext");
+    let san = if usage == "serverAuth" {
+        "subjectAltName=IP:127.0.0.1\n"
+    } else {
+        ""
+    };
+    std::fs::write(
+        dir.join(&ext),
+        format!("{san}extendedKeyUsage={usage}\nbasicConstraints=CA:FALSE\n"),
+    )
+    .unwrap();
+    run(Command::new("openssl")
+        .current_dir(dir)
+        .args(["x509", "-req", "-days", "2"])
+        .args(["-in", &format!("{out}.csr")])
+        .args([
+            "-CA",
+            &format!("{ca}-ca.pem"),
+            "-CAkey",
+            &format!("{ca}-ca.key"),
+        ])
+        .args(["-out", &format!("{out}.pem"), "-extfile", &ext]));
+}
+
+/// The serial number of the certificate served at `addr`, as openssl prints it.
+fn served_serial(addr: &str, dir: &std::path::Path) -> String {
+    let mut s = Command::new("openssl")
+        .args(["s_client", "-connect", addr, "-cert"])
+        .arg(dir.join("client.pem"))
+        .arg("-key")
+        .arg(dir.join("client.key"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = String::new();
+    s.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let _ = s.wait();
+    let mut x = Command::new("openssl")
+        .args(["x509", "-noout", "-serial"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    x.stdin.take().unwrap().write_all(out.as_bytes()).unwrap();
+    let o = x.wait_with_output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+fn serial_of(pem: &std::path::Path) -> String {
+    run(Command::new("openssl")
+        .args(["x509", "-noout", "-serial", "-in"])
+        .arg(pem))
+    .trim()
+    .to_owned()
+}
+
+/// curl over TLS with the test's CA and client certificate: (status, headers and body).
+fn curl(url: &str, dir: &std::path::Path, user: Option<&str>) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args(["-s", "-i", "--max-time", "10", "--cacert"])
+        .arg(dir.join("srv-ca.pem"))
+        .arg("--cert")
+        .arg(dir.join("client.pem"))
+        .arg("--key")
+        .arg(dir.join("client.key"));
+    if let Some(u) = user {
+        c.args(["-u", u]);
+    }
+    let out = run(c.arg(url));
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, out)
+}
+
+#[test]
+fn prometheus_scrapes_over_tls_with_a_client_certificate_and_basic_auth() {
+    if !privileged("prometheus_scrapes_over_tls_with_a_client_certificate_and_basic_auth") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    make_ca(d, "srv");
+    make_ca(d, "cli");
+    make_ca(d, "other");
+    make_cert(d, "srv", "server", "serverAuth");
+    make_cert(d, "cli", "client", "clientAuth");
+    make_cert(d, "other", "stranger", "clientAuth");
+    let line = run(Command::new("htpasswd").args(["-nbB", "prometheus", "s3cret"]));
+    let hash = line
+        .trim()
+        .strip_prefix("prometheus:")
+        .expect("htpasswd -nbB: user:hash");
+    assert!(hash.starts_with("$2y$"), "{hash}");
+    // The example in deploy/, with this test's files and hash (and a header to look for).
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/web-config.yml"),
+    )
+    .unwrap();
+    let path = |f: &str| d.join(f).display().to_string();
+    let config = example
+        .replace("/etc/ebee-top/tls.crt", &path("server.pem"))
+        .replace("/etc/ebee-top/tls.key", &path("server.key"))
+        .replace("/etc/ebee-top/client-ca.crt", &path("cli-ca.pem"))
+        .replace("REPLACE-WITH-THE-HASH-FROM-htpasswd", &format!("'{hash}'"))
+        .replace("  headers:\n", "  headers:\n    X-Frame-Options: deny\n");
+    assert!(!config.contains("/etc/ebee-top/tls"), "{config}");
+    let web = d.join("web.yml");
+    std::fs::write(&web, config).unwrap();
+    let mut child = Command::new(bin("ebee-top"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "-d",
+            "0.2",
+            "--web-config",
+        ])
+        .arg(&web)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut err, &mut first).unwrap();
+    let addr = first
+        .split("https://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("ebee-top serve with TLS said: {first:?}"))
+        .to_owned();
+    let serve = Proc(child);
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        while std::io::BufRead::read_line(&mut err, &mut rest).is_ok_and(|n| n > 0) {
+            eprint!("ebee-top serve: {rest}");
+            rest.clear();
+        }
+    });
+    let url = format!("https://{addr}/metrics");
+    let (status, out) = curl(&url, d, Some("prometheus:s3cret"));
+    assert_eq!(status, 200, "{out}");
+    assert!(
+        out.to_ascii_lowercase().contains("x-frame-options: deny"),
+        "{out}"
+    );
+    let (status, out) = curl(&url, d, Some("prometheus:wrong"));
+    assert_eq!(status, 401, "{out}");
+    assert!(
+        out.to_ascii_lowercase().contains("www-authenticate: basic"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("ebee_"),
+        "no data without the password: {out}"
+    );
+    // Plain HTTP to the TLS port: no answer with data.
+    let plain = raw_exchange(&addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(!plain.contains("ebee_"), "{plain:?}");
+    // Prometheus: one job as it should be, and one for each thing that must fail.
+    let tls = |cert: Option<&str>| {
+        let mut s = format!(
+            "    tls_config:\n      ca_file: {}\n",
+            d.join("srv-ca.pem").display()
+        );
+        if let Some(c) = cert {
+            s += &format!(
+                "      cert_file: {}\n      key_file: {}\n",
+                d.join(format!("{c}.pem")).display(),
+                d.join(format!("{c}.key")).display()
+            );
+        }
+        s
+    };
+    let job = |name: &str, scheme: &str, cert: Option<&str>, pass: &str| {
+        format!(
+            "  - job_name: {name}\n    scheme: {scheme}\n    scrape_interval: 1s\n    \
+             scrape_timeout: 900ms\n{}    basic_auth:\n      username: prometheus\n      \
+             password: {pass}\n    static_configs:\n      - targets: ['{addr}']\n",
+            tls(cert)
+        )
+    };
+    let config = d.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n{}{}{}{}{}",
+            job("good", "https", Some("client"), "s3cret"),
+            job("wrong_password", "https", Some("client"), "guess"),
+            job("no_client_cert", "https", None, "s3cret"),
+            job("other_ca", "https", Some("stranger"), "s3cret"),
+            job("plain_http", "http", Some("client"), "s3cret"),
+        ),
+    )
+    .unwrap();
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let _prometheus = Proc(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", d.join("data").display()))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (Debian package prometheus; cargo xtask setup installs it)"),
+    );
+    let jobs = [
+        "good",
+        "wrong_password",
+        "no_client_cert",
+        "other_ca",
+        "plain_http",
+    ];
+    let start = Instant::now();
+    let ups = loop {
+        let ready = http_get(&prom_addr, "/-/ready", &[]).is_ok_and(|(s, _, _)| s == 200);
+        let got: Vec<(String, String)> = if ready {
+            prom_query(&prom_addr, "up", unix_s())
+                .iter()
+                .map(|r| {
+                    (
+                        r["metric"]["job"].as_str().unwrap_or("").to_owned(),
+                        r["value"][1].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if got.len() == jobs.len() && got.iter().any(|(j, v)| j == "good" && v == "1") {
+            break got;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "Prometheus after 30 s: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for (job, up) in &ups {
+        let want = if job == "good" { "1" } else { "0" };
+        assert_eq!(up, want, "up{{job={job:?}}}: {ups:?}");
+    }
+    // Let every job fail a few more times, then see that ebee-top counted them.
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, _, targets) = http_get(&prom_addr, "/api/v1/targets", &[]).unwrap();
+    eprintln!("targets: {targets}");
+    let (status, body) = curl(&url, d, Some("prometheus:s3cret"));
+    assert_eq!(status, 200);
+    let value = |row: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(row))
+            .unwrap_or_else(|| panic!("no {row} in the scrape"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let unauthorized = value("ebee_metrics_unauthorized_requests_total ");
+    let tls_failed = value("ebee_metrics_connections_closed_total{reason=\"tls_failed\"} ");
+    eprintln!("unauthorized {unauthorized}, TLS failures {tls_failed}");
+    assert!(
+        unauthorized >= 3.0,
+        "wrong passwords counted: {unauthorized}"
+    );
+    // No client certificate, another CA's, plain HTTP: each at least 3 times.
+    assert!(tls_failed >= 9.0, "failed handshakes counted: {tls_failed}");
+    assert!(value("ebee_intervals_total ") > 0.0);
+    // A certificate replaced on disk is served on the next connection, no restart.
+    let before = served_serial(&addr, d);
+    assert_eq!(before, serial_of(&d.join("server.pem")));
+    let fresh = d.join("fresh");
+    std::fs::create_dir(&fresh).unwrap();
+    for f in ["srv-ca.pem", "srv-ca.key"] {
+        std::fs::copy(d.join(f), fresh.join(f)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    make_cert(&fresh, "srv", "server", "serverAuth");
+    std::fs::rename(fresh.join("server.key"), d.join("server.key")).unwrap();
+    std::fs::rename(fresh.join("server.pem"), d.join("server.pem")).unwrap();
+    let after = served_serial(&addr, d);
+    assert_ne!(after, before, "the old certificate is still served");
+    assert_eq!(after, serial_of(&d.join("server.pem")));
+    let (status, _) = curl(&url, d, Some("prometheus:s3cret"));
+    assert_eq!(status, 200, "a scrape with the new certificate");
+    drop(serve);
+}
+
+#[test]
+fn a_broken_web_config_exits_10_before_anything_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("web.yml");
+    let key = dir.path().join("k.pem");
+    for (yaml, want) in [
+        (
+            "tls_server_config:\n  cert_file: c.pem\n  key_fil: k.pem\n",
+            "unknown field `key_fil`",
+        ),
+        ("basic_auth_users:\n  prom: secret\n", "not a bcrypt hash"),
+        (
+            "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n",
+            "c.pem",
+        ),
+        ("tls_server_config: [", "web.yml"),
+    ] {
+        std::fs::write(&web, yaml).unwrap();
+        std::fs::write(&key, "").unwrap();
+        for args in [
+            vec!["-b", "-n", "1", "--listen", "127.0.0.1:0", "--web-config"],
+            vec!["serve", "--listen", "127.0.0.1:0", "--web-config"],
+        ] {
+            // Without any capability: were anything loaded first, this would be exit code 3.
+            // SAFETY: geteuid has no preconditions.
+            let mut cmd = if unsafe { libc::geteuid() } == 0 {
+                let mut c = Command::new("setpriv");
+                c.args(["--bounding-set=-all", "--inh-caps=-all", "--"])
+                    .arg(bin("ebee-top"));
+                c
+            } else {
+                Command::new(bin("ebee-top"))
+            };
+            let o = cmd.args(&args).arg(&web).output().unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(10), "{yaml:?} {args:?}: {err}");
+            assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+            assert!(err.contains(want), "{yaml:?}: {err}");
+        }
+    }
+}
+
+/// Base64 of `s` (RFC 4648, with padding), for a Basic credential.
+fn b64(s: &str) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in s.as_bytes().chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_flood_of_wrong_passwords_does_not_stall_scrapes() {
+    if !privileged("a_flood_of_wrong_passwords_does_not_stall_scrapes") {
+        return;
+    }
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    assert_eq!(b64("prometheus:s3cret"), "cHJvbWV0aGV1czpzM2NyZXQ=");
+    assert_eq!(b64("prometheus:wrong"), "cHJvbWV0aGV1czp3cm9uZw==");
+    let dir = tempfile::tempdir().unwrap();
+    let line = run(Command::new("htpasswd").args(["-nbB", "prometheus", "s3cret"]));
+    let hash = line.trim().strip_prefix("prometheus:").unwrap().to_owned();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+    let serve = Serve::start(&["-d", "0.2", "--web-config", web.to_str().unwrap()]);
+    // The scraper's credential is checked once, before the flood (a credential first seen
+    // while the flood holds every place in the bcrypt queue would be refused unchecked).
+    let good = format!("Authorization: Basic {}", b64("prometheus:s3cret"));
+    let (status, head, _) = http_get(&serve.addr, "/metrics", &[&good]).unwrap();
+    assert_eq!(status, 200, "{head}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let leaked = Arc::new(AtomicU64::new(0));
+    // Sixteen clients sending wrong passwords, each one new, as fast as they are answered
+    // (more at once than the bcrypt queue holds).
+    let flood: Vec<_> = (0..16)
+        .map(|t| {
+            let (addr, stop, sent, leaked) = (
+                serve.addr.clone(),
+                stop.clone(),
+                sent.clone(),
+                leaked.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let cred = format!(
+                        "Authorization: Basic {}",
+                        b64(&format!("prometheus:w{t}-{n}"))
+                    );
+                    match http_get(&addr, "/metrics", &[&cred]) {
+                        Ok((401, _, _)) => {}
+                        Ok(_) => {
+                            leaked.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {}
+                    }
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    let mut bad = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        let t = Instant::now();
+        match http_get(&serve.addr, "/metrics", &[&good]) {
+            Ok((200, _, body)) if body.contains("ebee_intervals_total") => {}
+            other => bad.push(format!("{other:?}")),
+        }
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        std::thread::sleep(Duration::from_millis(100).saturating_sub(t.elapsed()));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for f in flood {
+        f.join().unwrap();
+    }
+    let sent = sent.load(Ordering::Relaxed);
+    times.sort_by(f64::total_cmp);
+    eprintln!(
+        "{} scrapes beside {sent} wrong passwords in 5 s ({:.0}/s): median {:.2} ms, max {:.2} ms",
+        times.len(),
+        sent as f64 / 5.0,
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
+    assert!(
+        bad.is_empty(),
+        "scrapes with the right password not answered 200: {bad:?}"
+    );
+    assert_eq!(
+        leaked.load(Ordering::Relaxed),
+        0,
+        "a wrong password was let in"
+    );
+    let (status, head, _) = http_get(&serve.addr, "/metrics", &[]).unwrap();
+    assert_eq!(status, 401, "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("www-authenticate: basic"),
+        "{head}"
+    );
+    let (_, _, body) = http_get(&serve.addr, "/metrics", &[&good]).unwrap();
+    let unauthorized: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("ebee_metrics_unauthorized_requests_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        unauthorized >= sent as f64 * 0.9,
+        "{unauthorized} counted of {sent}"
+    );
+    assert_eq!(serve.stop(), Some(0));
 }

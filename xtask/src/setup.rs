@@ -20,7 +20,8 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Debian packages the tests need (tmux drives the TUI end to end; prometheus brings the real
 /// Prometheus and promtool the metrics tests scrape and check with; man-db reads the Debian
 /// package's man page, gzip compresses it; the servers tests run redis, memcached and nginx
-/// under their own load generators, and curl as a client).
+/// under their own load generators, and curl as a client; apache2-utils' htpasswd makes the
+/// bcrypt hash of the web-config test).
 const TEST_PACKAGES: &[&str] = &[
     "tmux",
     "util-linux",
@@ -35,6 +36,7 @@ const TEST_PACKAGES: &[&str] = &[
     "nginx-light",
     "wrk",
     "curl",
+    "apache2-utils",
 ];
 /// Debian packages `cargo xtask screenshots` needs (not the tests).
 const SCREENSHOT_PACKAGES: &[&str] = &[

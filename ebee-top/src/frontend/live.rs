@@ -115,12 +115,20 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>, cfg: &Loaded) -> anyhow::Resul
     r
 }
 
+/// The screen's process key as `os::act` takes it.
+fn act_proc(k: ProcKey) -> act::Proc {
+    act::Proc {
+        pid: k.pid,
+        start_ticks: k.start_ticks,
+    }
+}
+
 /// Take a pidfd on each process chosen for a signal; what could not be taken is said.
 fn hold(keys: Vec<ProcKey>) -> (Vec<Target>, Vec<String>) {
     let mut ok = Vec::new();
     let mut notes = Vec::new();
     for k in keys {
-        match Target::open(k) {
+        match Target::open(act_proc(k)) {
             Ok(t) => ok.push(t),
             Err(e) => notes.push(format!("{}: {e}", k.pid)),
         }
@@ -159,7 +167,7 @@ fn signal(held: Vec<Target>, sig: i32) -> String {
 fn renice(keys: &[ProcKey], delta: i32) -> String {
     let parts: Vec<String> = keys
         .iter()
-        .map(|k| match act::renice(*k, delta) {
+        .map(|k| match act::renice(act_proc(*k), delta) {
             Ok(r) => format!(
                 "{}: nice {} -> {} ({} thread{})",
                 k.pid,

@@ -12,7 +12,13 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::model::procs::ProcKey;
+/// A process as the screen knows it: its pid and its start time (clock ticks after boot; 0
+/// when unknown), so a reused pid is another process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: u32,
+    pub start_ticks: u64,
+}
 
 /// Why an action did not happen, as the status line says it.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -44,14 +50,14 @@ fn start_ticks(pid: u32) -> Option<u64> {
 /// A handle on one process, taken when the operator chose it.
 #[derive(Debug)]
 pub struct Target {
-    pub key: ProcKey,
+    pub key: Proc,
     fd: OwnedFd,
 }
 
 impl Target {
     /// Open a pidfd for `key.pid` and check that it is the process `key` names (same start
     /// time; a key without one, a process gone before it was read, is taken as it is).
-    pub fn open(key: ProcKey) -> Result<Target, ActError> {
+    pub fn open(key: Proc) -> Result<Target, ActError> {
         let pid = libc::pid_t::try_from(key.pid).map_err(|_| ActError::Exited)?;
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; no
         // memory is passed.
@@ -132,7 +138,7 @@ fn nice_of(tid: libc::id_t) -> Result<i32, std::io::Error> {
 
 /// Change the nice value of every thread of `key` by `delta` (each from its own value,
 /// clamped to -20..=19). The process is checked by start time first, as for a signal.
-pub fn renice(key: ProcKey, delta: i32) -> Result<Reniced, ActError> {
+pub fn renice(key: Proc, delta: i32) -> Result<Reniced, ActError> {
     let target = Target::open(key)?;
     let cap = "CAP_SYS_NICE";
     let main = libc::id_t::from(key.pid);
@@ -226,9 +232,9 @@ pub fn signal_name(sig: i32) -> String {
 mod tests {
     use super::*;
 
-    fn own_key() -> ProcKey {
+    fn own_key() -> Proc {
         let pid = std::process::id();
-        ProcKey {
+        Proc {
             pid,
             start_ticks: start_ticks(pid).unwrap_or(0),
         }
@@ -238,7 +244,7 @@ mod tests {
     fn a_target_is_checked_by_its_start_time() {
         let key = own_key();
         assert!(Target::open(key).is_ok());
-        let other = ProcKey {
+        let other = Proc {
             start_ticks: key.start_ticks + 1,
             ..key
         };
@@ -252,7 +258,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        let key = ProcKey {
+        let key = Proc {
             pid,
             start_ticks: start_ticks(pid).unwrap(),
         };

@@ -105,8 +105,9 @@ pub enum Which {
         #[arg(long, default_value_t = 75)]
         seconds: u64,
     },
-    /// The metrics endpoint under load: the drain's latency with nobody scraping, and with
-    /// 100 open connections and 20 scrapes a second.
+    /// The metrics endpoint under load: the drain's latency with nobody scraping, with 100
+    /// open connections and 20 scrapes a second, and with those scrapes besieged by 200
+    /// silent connections and 200 half-sent requests.
     Metrics {
         /// Seconds each mode runs.
         #[arg(long, default_value_t = 60)]

@@ -27,13 +27,17 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use http_body_util::Full;
 use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
-use hyper::header::{ACCEPT, ALLOW, CONTENT_TYPE, HeaderValue, VARY};
+use hyper::header::{
+    ACCEPT, ALLOW, AUTHORIZATION, CONTENT_TYPE, HeaderValue, VARY, WWW_AUTHENTICATE,
+};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
 use super::exposition::{Format, Snapshot};
+use super::meter::EndpointCounts;
+use super::web::{Active, Web};
 
 /// Connections held at once, whatever their phase (each takes a descriptor and 16 to 40 KiB).
 pub const MAX_CONNECTIONS: usize = 128;
@@ -68,6 +72,23 @@ pub struct HttpStats {
     pub evicted: AtomicU64,
     /// Connections answered 503 (every one held was serving a request).
     pub refused: AtomicU64,
+    /// TLS handshakes that failed or did not finish within [`HEAD_TIMEOUT`].
+    pub tls_failed: AtomicU64,
+    /// Requests answered 401.
+    pub unauthorized: AtomicU64,
+}
+
+impl HttpStats {
+    /// The counters for the metrics, with the web config's reload errors.
+    pub fn counts(&self, reload_errors: u64) -> EndpointCounts {
+        EndpointCounts {
+            evicted: self.evicted.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+            tls_failed: self.tls_failed.load(Ordering::Relaxed),
+            unauthorized: self.unauthorized.load(Ordering::Relaxed),
+            reload_errors,
+        }
+    }
 }
 
 /// One connection's phase and since when, shared by its task and the table.
@@ -188,18 +209,22 @@ impl Drop for Server {
 }
 
 /// Serve `snapshots` on `listener` (already bound) from a thread of its own, counting what it
-/// closes and refuses in `stats`.
+/// closes and refuses in `stats`; with `web`, TLS, basic auth and headers as it says.
 pub fn spawn(
     listener: std::net::TcpListener,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     stats: Arc<HttpStats>,
+    web: Option<Arc<Web>>,
 ) -> anyhow::Result<Server> {
     listener
         .set_nonblocking(true)
         .context("making the metrics socket non-blocking")?;
+    // One blocking thread: the bcrypt checks of basic auth run there one at a time, so a
+    // flood of passwords takes at most one core from the drain.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
+        .max_blocking_threads(1)
         .build()
         .context("starting the metrics runtime")?;
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -208,7 +233,7 @@ pub fn spawn(
         .spawn(move || {
             rt.block_on(async move {
                 match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => accept_loop(l, snapshots, stats, stop_rx).await,
+                    Ok(l) => accept_loop(l, snapshots, stats, web, stop_rx).await,
                     Err(e) => eprintln!("ebee-top: metrics endpoint: {e}"),
                 }
             });
@@ -238,9 +263,11 @@ async fn accept_loop(
     listener: tokio::net::TcpListener,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     stats: Arc<HttpStats>,
+    web: Option<Arc<Web>>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let table: Shared = Arc::default();
+    let plain = Arc::new(Active::plain());
     loop {
         wait_for_closing(&table).await;
         let accepted = tokio::select! {
@@ -301,10 +328,25 @@ async fn accept_loop(
         };
         let snaps = snapshots.clone();
         let s = slot.clone();
+        // The configuration as it is on disk now (re-read if a file changed since).
+        let active = web.as_ref().map_or_else(|| plain.clone(), |w| w.current());
+        let st = stats.clone();
         // On this one-thread runtime the task cannot run (nor end) before it is in the table.
         let task = tokio::spawn(async move {
             let _guard = guard;
-            serve_connection(stream, snaps, s).await;
+            match active.tls.clone() {
+                None => serve_connection(TokioIo::new(stream), snaps, s, active, st).await,
+                Some(tls) => {
+                    // Still fresh (evictable) during the handshake; plain HTTP, another CA's
+                    // certificate or a handshake left unfinished end here, with no data.
+                    match tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await {
+                        Ok(Ok(t)) => serve_connection(TokioIo::new(t), snaps, s, active, st).await,
+                        _ => {
+                            st.tls_failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
         });
         lock(&table).entries.push(Entry {
             id,
@@ -354,26 +396,49 @@ impl Drop for Tracked {
     }
 }
 
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
+async fn serve_connection<I>(
+    io: TokioIo<I>,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     slot: Arc<Slot>,
-) {
+    active: Arc<Active>,
+    stats: Arc<HttpStats>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
-    let service = hyper::service::service_fn(move |req| {
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         slot.set(Phase::Serving);
-        let snap = snapshots.borrow().clone();
-        let r = respond(&req, &snap).map(|body| Tracked {
-            body,
-            slot: Some(slot.clone()),
-        });
-        async move { Ok::<_, Infallible>(r) }
+        let snapshots = snapshots.clone();
+        let slot = slot.clone();
+        let active = active.clone();
+        let stats = stats.clone();
+        async move {
+            let allowed = match &active.auth {
+                None => true,
+                Some(a) => a.allows(req.headers().get(AUTHORIZATION)).await,
+            };
+            let mut r = if allowed {
+                let snap = snapshots.borrow().clone();
+                respond(&req, &snap)
+            } else {
+                stats.unauthorized.fetch_add(1, Ordering::Relaxed);
+                unauthorized()
+            };
+            for (name, value) in &active.headers {
+                r.headers_mut().insert(name.clone(), value.clone());
+            }
+            let r = r.map(|body| Tracked {
+                body,
+                slot: Some(slot),
+            });
+            Ok::<_, Infallible>(r)
+        }
     });
-    let conn = http.serve_connection(TokioIo::new(stream), service);
+    let conn = http.serve_connection(io, service);
     tokio::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => {}
@@ -430,6 +495,16 @@ fn respond_to(
     }
 }
 
+/// No credential, or a wrong one.
+fn unauthorized() -> Response<Full<Bytes>> {
+    let mut r = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
+    r.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"ebee-top\", charset=\"UTF-8\""),
+    );
+    r
+}
+
 fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *r.status_mut() = status;
@@ -472,7 +547,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let (_tx, rx) = watch::channel(Arc::new(Snapshot::default()));
         let stats = Arc::new(HttpStats::default());
-        let server = spawn(l, rx, stats.clone()).unwrap();
+        let server = spawn(l, rx, stats.clone(), None).unwrap();
         (addr, stats, server)
     }
 

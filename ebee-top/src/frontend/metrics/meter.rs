@@ -40,9 +40,23 @@ pub struct Meter {
     /// Intervals the metrics thread could not take (its queue was full); their counts are
     /// missing from the counters.
     queue_dropped: u64,
-    /// HTTP connections closed to make room for a new one, and answered 503.
-    conns_evicted: u64,
-    conns_refused: u64,
+    /// What the HTTP side closed, refused and could not reload.
+    endpoint: EndpointCounts,
+}
+
+/// The HTTP side's counters (cumulative).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EndpointCounts {
+    /// Connections closed to make room for a new one.
+    pub evicted: u64,
+    /// Connections answered 503.
+    pub refused: u64,
+    /// TLS handshakes that failed or did not finish in time.
+    pub tls_failed: u64,
+    /// Requests answered 401.
+    pub unauthorized: u64,
+    /// Changes of the web config (or its files) that did not load.
+    pub reload_errors: u64,
 }
 
 impl Meter {
@@ -57,8 +71,7 @@ impl Meter {
                 Box::new(cgroups::Cgroups::new(k)),
             ],
             queue_dropped: 0,
-            conns_evicted: 0,
-            conns_refused: 0,
+            endpoint: EndpointCounts::default(),
         }
     }
 
@@ -73,10 +86,9 @@ impl Meter {
         self.queue_dropped = n;
     }
 
-    /// Set the HTTP connections closed so far to make room, and refused with 503.
-    pub fn set_connections(&mut self, evicted: u64, refused: u64) {
-        self.conns_evicted = evicted;
-        self.conns_refused = refused;
+    /// Set the HTTP side's counters so far.
+    pub fn set_connections(&mut self, c: EndpointCounts) {
+        self.endpoint = c;
     }
 
     /// Every family as of the last interval.
@@ -98,18 +110,35 @@ impl Meter {
             "ebee_metrics_connections_closed",
             "Connections to the metrics endpoint closed before a request of theirs was \
              served: evicted (made room for a new connection: silent, kept alive between \
-             requests, or too slow to take a response) or refused (answered 503: every \
-             connection held was being served).",
+             requests, or too slow to take a response), refused (answered 503: every \
+             connection held was being served) or tls_failed (a TLS handshake that failed \
+             or did not finish in time).",
             None,
             Kind::Counter,
         );
+        let e = self.endpoint;
         for (reason, n) in [
-            ("evicted", self.conns_evicted),
-            ("refused", self.conns_refused),
+            ("evicted", e.evicted),
+            ("refused", e.refused),
+            ("tls_failed", e.tls_failed),
         ] {
             c.push(vec![("reason", reason.into())], Value::Counter(n as f64));
         }
         out.push(c);
+        out.push(counter(
+            "ebee_metrics_unauthorized_requests",
+            "Requests to the metrics endpoint answered 401 (basic auth from --web-config: no \
+             credential or a wrong one).",
+            None,
+            e.unauthorized as f64,
+        ));
+        out.push(counter(
+            "ebee_metrics_web_config_reload_errors",
+            "Changes on disk to the web config, its certificate, key or CA that did not load \
+             (the previous configuration stayed in use).",
+            None,
+            e.reload_errors as f64,
+        ));
         Snapshot::new(out)
     }
 }
@@ -250,7 +279,7 @@ mod tests {
             - count("ebee_pinned_")
             - count("ebee_server_")
             - count("ebee_cgroup_");
-        assert_eq!(own, 35, "{text}");
+        assert_eq!(own, 38, "{text}");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //!
 //! The socket is bound first ([`Endpoint::bind`], before anything is loaded), so a port in use
 //! is one line and exit code 9. [`meter`] holds the fold and the extension point for new
-//! pipelines' metrics; [`exposition`] the formats; [`http`] the server and its limits.
+//! pipelines' metrics; [`exposition`] the formats; [`http`] the server and its limits;
+//! [`web`] the `--web-config` file (TLS, client certificates, basic auth), read with the socket.
 
 mod cgroups;
 pub mod exposition;
@@ -20,8 +21,10 @@ mod own;
 mod pinned;
 mod process;
 mod servers;
+pub mod web;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
@@ -38,6 +41,10 @@ pub use meter::{Meter, Section};
 
 /// Batches queued for the metrics thread before new ones are dropped (and counted).
 pub const QUEUE: usize = 100;
+/// Connections the kernel queues for the metrics socket before it is accepted.
+pub const LISTEN_BACKLOG: i32 = 1024;
+/// Seconds the kernel holds a connection that has sent nothing before handing it over.
+pub const DEFER_ACCEPT_S: i32 = 1;
 
 /// `--listen` could not be used: the address is taken, not ours, or not allowed.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +59,7 @@ pub struct ListenError {
 pub struct Endpoint {
     listener: std::net::TcpListener,
     addr: SocketAddr,
+    web: Option<Arc<web::Web>>,
 }
 
 impl Endpoint {
@@ -74,9 +82,45 @@ impl Endpoint {
                 _ => e.to_string(),
             },
         })?;
+        // std listens with a backlog of 128: a few hundred connections opened at once (a
+        // scanner, or silent clients replaced as fast as they are evicted) would fill it, and
+        // a scrape's SYN dropped there waits a second for its retransmission. A second
+        // listen() only raises the queue (the kernel caps it at net.core.somaxconn).
+        // TCP_DEFER_ACCEPT: a connection that has sent nothing is not handed to accept()
+        // for DEFER_ACCEPT_S, so silent ones wait in the kernel (no descriptor, no task) while
+        // every HTTP client and TLS handshake, which speak first, come straight through.
+        {
+            use std::os::fd::AsRawFd as _;
+            let fd = listener.as_raw_fd();
+            let secs: libc::c_int = DEFER_ACCEPT_S;
+            // SAFETY: listen(2) and setsockopt(2) on a socket we own and that stays open; the
+            // option's value is a c_int that lives across the call, with its size.
+            unsafe {
+                libc::listen(fd, LISTEN_BACKLOG);
+                libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_DEFER_ACCEPT,
+                    (&raw const secs).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+        }
         // Port 0 asks the kernel for a free one: report the one it gave.
         let addr = listener.local_addr().unwrap_or(addr);
-        Ok(Self { listener, addr })
+        Ok(Self {
+            listener,
+            addr,
+            web: None,
+        })
+    }
+
+    /// Read `--web-config` when given (a broken one is a typed error: exit code 10).
+    pub fn secure(mut self, web_config: Option<&Path>) -> Result<Self, web::WebConfigError> {
+        if let Some(p) = web_config {
+            self.web = Some(Arc::new(web::Web::load(p)?));
+        }
+        Ok(self)
     }
 
     /// The address actually bound.
@@ -85,9 +129,15 @@ impl Endpoint {
     }
 }
 
-/// Bind `--listen` if it was given.
-pub fn bind(listen: Option<SocketAddr>) -> Result<Option<Endpoint>, ListenError> {
-    listen.map(Endpoint::bind).transpose()
+/// Bind `--listen` if it was given, and read its `--web-config`.
+pub fn bind(
+    listen: Option<SocketAddr>,
+    web_config: Option<&Path>,
+) -> anyhow::Result<Option<Endpoint>> {
+    match listen {
+        Some(a) => Ok(Some(Endpoint::bind(a)?.secure(web_config)?)),
+        None => Ok(None),
+    }
 }
 
 /// The running endpoint: the fold thread and the HTTP server.
@@ -96,6 +146,7 @@ pub struct Metrics {
     dropped: Arc<AtomicU64>,
     _http: http::Server,
     addr: SocketAddr,
+    tls: bool,
 }
 
 /// What the drain side holds: hands each Batch to the metrics thread without waiting.
@@ -128,6 +179,7 @@ impl Metrics {
         let d = dropped.clone();
         let stats = Arc::new(http::HttpStats::default());
         let st = stats.clone();
+        let web = endpoint.web.clone();
         // The thread ends when every sender is gone (the Metered source holds clones).
         std::thread::Builder::new()
             .name("metrics".into())
@@ -135,25 +187,32 @@ impl Metrics {
                 while let Ok(b) = rx.recv() {
                     meter.ingest(&b);
                     meter.set_queue_dropped(d.load(Ordering::Relaxed));
-                    meter.set_connections(
-                        st.evicted.load(Ordering::Relaxed),
-                        st.refused.load(Ordering::Relaxed),
-                    );
+                    let reload_errors = web
+                        .as_ref()
+                        .map_or(0, |w| w.reload_errors.load(Ordering::Relaxed));
+                    meter.set_connections(st.counts(reload_errors));
                     snap_tx.send_replace(Arc::new(meter.snapshot()));
                 }
             })
             .context("starting the metrics thread")?;
-        let http = http::spawn(endpoint.listener, snap_rx, stats)?;
+        let tls = endpoint.web.as_ref().is_some_and(|w| w.tls());
+        let http = http::spawn(endpoint.listener, snap_rx, stats, endpoint.web)?;
         Ok(Self {
             tx,
             dropped,
             _http: http,
             addr: endpoint.addr,
+            tls,
         })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `https` with TLS from `--web-config`, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
     }
 
     pub fn tap(&self) -> Tap {
@@ -235,7 +294,8 @@ pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
     }
     let metrics = Metrics::start(endpoint, a.metrics_top as usize)?;
     eprintln!(
-        "ebee-top: serving metrics at http://{}/metrics (interval {:?}, top {} per measure)",
+        "ebee-top: serving metrics at {}://{}/metrics (interval {:?}, top {} per measure)",
+        metrics.scheme(),
         metrics.addr(),
         a.delay,
         a.metrics_top
