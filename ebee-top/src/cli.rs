@@ -125,6 +125,16 @@ pub struct Cli {
     #[arg(short = 'H', long)]
     pub threads: bool,
 
+    /// Only the processes of USER (a name or a uid) on the screen, as top and htop; `u` picks
+    /// another there.
+    #[arg(
+        short = 'u',
+        long = "user",
+        value_name = "USER",
+        conflicts_with = "batch"
+    )]
+    pub user: Option<String>,
+
     /// Pin processes for syscall and request QoS (at most 8): per-syscall latency histograms,
     /// and for servers requests per second and latency percentiles.
     #[arg(short = 'p', long = "pid", value_name = "PID[,PID...]", value_delimiter = ',',

@@ -56,6 +56,12 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
                 ProbeError::Other(_) => FAILURE,
             };
         }
+        if cause
+            .downcast_ref::<crate::os::details::NoSuchUser>()
+            .is_some()
+        {
+            return USAGE;
+        }
         if let Some(r) = cause.downcast_ref::<crate::record::RecordError>() {
             use crate::record::RecordError as R;
             return match r {

@@ -273,7 +273,13 @@ fn without_capabilities_it_says_what_is_missing() {
 #[test]
 fn bad_flags_exit_2_with_one_message() {
     // No privilege needed: flags are checked before anything is loaded.
-    for args in [&["-d", "0"][..], &["-k", "x"], &["--nope"]] {
+    for args in [
+        &["-d", "0"][..],
+        &["-k", "x"],
+        &["--nope"],
+        &["-u", "no-such-user-here"],
+        &["-u", "root", "-b"],
+    ] {
         let (code, out, err) = ebee_top(args);
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(out.is_empty());

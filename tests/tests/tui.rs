@@ -998,3 +998,46 @@ fn a_click_selects_a_row_and_a_click_on_a_header_sorts() {
     t.keys(&["q"]);
     assert_eq!(t.ended().0, "0");
 }
+
+/// `-u nobody` shows only nobody's processes (a burner run as nobody, not root's beside it);
+/// `u` then picks every user again and root's burner shows.
+#[test]
+fn a_user_filter_shows_only_that_users_processes() {
+    if !privileged("a_user_filter_shows_only_that_users_processes") {
+        return;
+    }
+    use std::os::unix::process::CommandExt as _;
+    let theirs = ebee_tests::spawn_guarded(
+        Command::new(bin("ebee-load"))
+            .args(["burn", "--duty", "0.2", "--seconds", "60"])
+            .uid(65534)
+            .gid(65534)
+            .stdin(std::process::Stdio::null()),
+    )
+    .unwrap();
+    let ours = burner("0.2");
+    let t = Tmux::start("user", 120, 30, "-d 0.05 -u nobody");
+    let s = t.started("nobody's burner", |s| {
+        rows(s)
+            .iter()
+            .any(|l| l.contains(&format!(" {} ", theirs.pid())))
+    });
+    let r = rows(&s);
+    assert!(
+        r.iter().all(|l| l.contains(" nobody ")),
+        "only nobody's rows:\n{s}"
+    );
+    assert!(!s.contains(&format!(" {} ", ours.pid())), "{s}");
+    t.keys(&["u"]);
+    t.wait("the user picker", |s| s.contains("all users"));
+    t.keys(&["Home"]);
+    t.keys(&["Up", "Up"]);
+    t.keys(&["Enter"]);
+    t.wait("root's burner too", |s| {
+        rows(s)
+            .iter()
+            .any(|l| l.contains(&format!(" {} ", ours.pid())))
+    });
+    t.keys(&["q"]);
+    assert_eq!(t.ended().0, "0");
+}

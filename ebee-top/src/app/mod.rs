@@ -67,6 +67,8 @@ pub enum Overlay {
     Setup(usize),
     /// The signal menu (F9).
     Signal(SignalMenu),
+    /// The user picker (`u`), its cursor on this row of [`App::user_choices`].
+    Users(usize),
 }
 
 /// The signal menu: the processes it acts on (the tagged ones, else the selected one), the
@@ -132,6 +134,8 @@ pub struct App {
     pub collapsed: HashSet<ProcKey>,
     /// Processes tagged for a signal or a renice (`T`).
     pub tagged: BTreeSet<ProcKey>,
+    /// Only this user's processes (`-u`, `u`).
+    pub user: Option<u32>,
     /// What config.toml says, as the setup screen (F2) changes it; the front-end saves it.
     pub settings: Settings,
     /// Where the settings are saved, or why not (the setup screen's first line).
@@ -215,6 +219,7 @@ impl App {
             tree: false,
             collapsed: HashSet::new(),
             tagged: BTreeSet::new(),
+            user: None,
             settings: Settings::default(),
             settings_note: "not saved: no settings file".into(),
             columns: None,
@@ -304,9 +309,13 @@ impl App {
                 SortBy::Io => Order::Io,
                 SortBy::Cpu | SortBy::Net => Order::Cpu,
             };
-            return m
-                .threads
-                .ranked_by(self.k.max(fit), &self.filter, order, |_| None);
+            return m.threads.ranked_for(
+                self.k.max(fit),
+                &self.filter,
+                |e| self.user.is_none() || e.uid == self.user,
+                order,
+                |_| None,
+            );
         }
         let rss = |pid| m.mem.sketch.rss_of(pid);
         let order = match self.sort {
@@ -317,7 +326,35 @@ impl App {
             SortBy::Net => Order::Net,
         };
         let net = |pid| m.servers.net_rate(pid).map(|(rx, tx)| rx + tx);
-        m.table.ranked_by(self.k.max(fit), &self.filter, order, net)
+        match self.user {
+            None => m.table.ranked_by(self.k.max(fit), &self.filter, order, net),
+            Some(uid) => m.table.ranked_for(
+                self.k.max(fit),
+                &self.filter,
+                |e| e.uid == Some(uid),
+                order,
+                net,
+            ),
+        }
+    }
+
+    /// The users the picker offers: everyone (None) first, then each owner of a process the
+    /// table knows, by name.
+    pub fn user_choices(&self) -> Vec<(Option<u32>, String)> {
+        let mut uids: Vec<u32> = self.shown().table.entries().filter_map(|e| e.uid).collect();
+        uids.extend(self.user);
+        uids.sort_unstable();
+        uids.dedup();
+        let mut named: Vec<(Option<u32>, String)> = uids
+            .into_iter()
+            .map(|u| {
+                let name = self.users.get(&u).cloned().unwrap_or_else(|| u.to_string());
+                (Some(u), name)
+            })
+            .collect();
+        named.sort_by(|a, b| a.1.cmp(&b.1));
+        named.insert(0, (None, "all users".into()));
+        named
     }
 
     /// The processes an action applies to: the tagged ones still listed, else the selected

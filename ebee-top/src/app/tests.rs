@@ -386,3 +386,43 @@ fn a_recording_cannot_be_acted_on() {
         assert!(a.overlay.is_none());
     }
 }
+
+#[test]
+fn a_user_filter_keeps_one_users_processes_and_u_picks_another() {
+    let mut a = App::new(20, Duration::from_millis(50));
+    a.users.insert(0, "root".into());
+    a.users.insert(1000, "alice".into());
+    let owned = |pid, uid| ProcInfo {
+        uid: Some(uid),
+        ..ProcInfo::named(pid, "p")
+    };
+    let b = Batch::build(1, 0, 50_000_000)
+        .cpu(1, 3000, &[])
+        .cpu(2, 2000, &[])
+        .cpu(3, 1000, &[])
+        .proc(owned(1, 0))
+        .proc(owned(2, 1000))
+        .proc(owned(3, 1000))
+        .done();
+    a.update(Msg::Batch(Box::new(b)));
+    assert_eq!(crate::os::details::uid_of("alice", &a.users).unwrap(), 1000);
+    assert_eq!(crate::os::details::uid_of("42", &a.users).unwrap(), 42);
+    assert!(crate::os::details::uid_of("nobody-here", &a.users).is_err());
+    a.user = Some(1000);
+    let pids: Vec<u32> = a.table_rows().iter().map(|e| e.key.pid).collect();
+    assert_eq!(pids, [2, 3]);
+    // The picker: every user, then the owners by name; Enter on root.
+    a.update(key(KeyCode::Char('u')));
+    assert_eq!(a.overlay, Some(Overlay::Users(1)), "alice, the one shown");
+    let names: Vec<String> = a.user_choices().into_iter().map(|c| c.1).collect();
+    assert_eq!(names, ["all users", "alice", "root"]);
+    a.update(key(KeyCode::Down));
+    a.update(key(KeyCode::Enter));
+    assert_eq!(a.user, Some(0));
+    let pids: Vec<u32> = a.table_rows().iter().map(|e| e.key.pid).collect();
+    assert_eq!(pids, [1]);
+    a.update(key(KeyCode::Char('u')));
+    a.update(key(KeyCode::Esc));
+    assert_eq!(a.user, None);
+    assert_eq!(a.table_rows().len(), 3);
+}

@@ -128,6 +128,9 @@ impl App {
         if matches!(self.overlay, Some(Overlay::Signal(_))) {
             return self.signal_key(k);
         }
+        if let Some(Overlay::Users(cursor)) = self.overlay {
+            return self.users_key(cursor, k);
+        }
         if let Some(Overlay::Setup(cursor)) = self.overlay {
             return self.setup_key(cursor, k);
         }
@@ -165,6 +168,15 @@ impl App {
             KeyCode::Left if self.tree && self.main == MainView::Processes => self.tree_left(),
             KeyCode::Right if self.tree && self.main == MainView::Processes => self.tree_right(),
             KeyCode::Char('T') => self.toggle_tag(),
+            KeyCode::Char('u') => {
+                let at = self
+                    .user_choices()
+                    .iter()
+                    .position(|c| c.0 == self.user)
+                    .unwrap_or(0);
+                self.overlay = Some(Overlay::Users(at));
+                Effect::Redraw
+            }
             KeyCode::Char('U') => {
                 let n = self.tagged.len();
                 self.tagged.clear();
@@ -347,6 +359,41 @@ impl App {
             }
             _ => Effect::None,
         }
+    }
+
+    /// A key in the user picker: move, pick (Enter), or close (Esc: every user).
+    fn users_key(&mut self, cursor: usize, k: KeyEvent) -> Effect {
+        let choices = self.user_choices();
+        let last = choices.len().saturating_sub(1);
+        match k.code {
+            KeyCode::Up | KeyCode::Char('k') => {
+                self.overlay = Some(Overlay::Users(cursor.saturating_sub(1)))
+            }
+            KeyCode::Down | KeyCode::Char('j') => {
+                self.overlay = Some(Overlay::Users((cursor + 1).min(last)))
+            }
+            KeyCode::Enter => {
+                self.overlay = None;
+                let (uid, name) = choices.get(cursor.min(last)).cloned().unwrap_or_default();
+                self.user = uid;
+                self.status = Some(match uid {
+                    Some(_) => format!("only {name}'s processes (u: another user)"),
+                    None => "every user's processes".into(),
+                });
+                self.selected_key = None;
+                self.follow_selection();
+            }
+            KeyCode::Esc => {
+                self.overlay = None;
+                if self.user.take().is_some() {
+                    self.status = Some("every user's processes".into());
+                    self.follow_selection();
+                }
+            }
+            KeyCode::Char('q') => return Effect::Quit,
+            _ => return Effect::None,
+        }
+        Effect::Redraw
     }
 
     /// `T`: tag or untag the selected process, and move down (as htop's space does).

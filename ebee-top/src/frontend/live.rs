@@ -22,6 +22,12 @@ use crate::source::{Live, Source, Tee};
 /// read from the file (`cli` already has the file's interval and colours where no flag gave
 /// them).
 pub fn run(cli: &Cli, endpoint: Option<Endpoint>, cfg: &Loaded) -> anyhow::Result<()> {
+    // A user that does not exist is a usage error, said before anything is loaded.
+    let users = crate::os::details::users();
+    let user = match &cli.user {
+        Some(u) => Some(crate::os::details::uid_of(u, &users).context("-u")?),
+        None => None,
+    };
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() {
         anyhow::bail!("standard output is not a terminal; use --batch for scripts and pipes");
@@ -55,7 +61,8 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>, cfg: &Loaded) -> anyhow::Resul
     let mut app = App::new(cli.top as usize, cli.delay);
     super::apply_config(&mut app, cfg, &cli.screen);
     app.boot_clock = crate::os::procstat::boot_clock();
-    app.users = crate::os::details::users();
+    app.users = users;
+    app.user = user;
     app.threads = cli.threads;
     for pid in &cli.pids {
         app.model.table.pin_pid(*pid);

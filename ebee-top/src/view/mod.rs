@@ -257,6 +257,7 @@ fn finish(
         Some(Overlay::Help) => overlay::help(app, t, f, area),
         Some(Overlay::Details(k, d)) => overlay::details(app, t, *k, d.as_deref(), f, area),
         Some(Overlay::Signal(menu)) => overlay::signal_menu(app, t, menu, f, area),
+        Some(Overlay::Users(cursor)) => overlay::users(app, t, *cursor, f, area),
         Some(Overlay::Setup(cursor)) => setup::render(app, t, *cursor, f, area),
         None => {}
     }

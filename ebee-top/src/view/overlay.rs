@@ -43,10 +43,13 @@ pub const HELP: &[(&str, &str)] = &[
         "T / U",
         "tag the process for F7/F8/F9 and go down / untag all",
     ),
+    ("u", "only one user's processes (a list of those present)"),
     ("space", "pause the screen (collection and recording go on)"),
     ("+ / -", "longer / shorter interval (10 ms to 10 s)"),
-    ("Tab", "move the focus between the table and the QoS pane"),
-    ("Enter", "details of the selected process"),
+    (
+        "Tab / Enter",
+        "focus: table or QoS pane / details of the process",
+    ),
     (
         "F2",
         "setup: columns, sort, interval, colours, tree (saved)",
@@ -241,6 +244,40 @@ pub fn signal_menu(app: &App, t: &Theme, menu: &SignalMenu, f: &mut Frame, area:
     f.render_widget(
         Paragraph::new(lines)
             .block(block(t, &title))
+            .wrap(Wrap { trim: false }),
+        r,
+    );
+}
+
+/// The user picker (`u`): every user with a process in the table, the one shown marked.
+pub fn users(app: &App, t: &Theme, cursor: usize, f: &mut Frame, area: Rect) {
+    let choices = app.user_choices();
+    let sel = cursor.min(choices.len().saturating_sub(1));
+    let room = usize::from(area.height.saturating_sub(5)).max(1);
+    let first = sel.saturating_sub(room.saturating_sub(1));
+    let mut lines: Vec<Line> = choices
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(room)
+        .map(|(i, (uid, name))| {
+            let id = uid.map_or(String::new(), |u| format!(" ({u})"));
+            let now = if *uid == app.user { " *" } else { "" };
+            let text = format!("{} {name}{id}{now}", if i == sel { ">" } else { " " });
+            if i == sel {
+                Line::styled(text, t.colors.selected())
+            } else {
+                Line::from(text)
+            }
+        })
+        .collect();
+    lines.push(Line::from("Enter: only this user   Esc: every user"));
+    let w = area.width.saturating_sub(4).min(50);
+    let r = centered(area, w, (lines.len() as u16 + 2).min(area.height));
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines)
+            .block(block(t, "user"))
             .wrap(Wrap { trim: false }),
         r,
     );

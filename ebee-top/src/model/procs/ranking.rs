@@ -57,8 +57,20 @@ impl ProcTable {
         order: Order<impl Fn(u32) -> Option<u64>>,
         net: impl Fn(u32) -> Option<f64>,
     ) -> Vec<&ProcEntry> {
+        self.ranked_for(k, filter, |_| true, order, net)
+    }
+
+    /// As `ranked_by`, of the entries `keep` accepts (one user's, for `-u`).
+    pub fn ranked_for(
+        &self,
+        k: usize,
+        filter: &str,
+        keep: impl Fn(&ProcEntry) -> bool,
+        order: Order<impl Fn(u32) -> Option<u64>>,
+        net: impl Fn(u32) -> Option<f64>,
+    ) -> Vec<&ProcEntry> {
         let f = filter.to_lowercase();
-        let matches = |e: &ProcEntry| matches_filter(e, filter, &f);
+        let matches = |e: &ProcEntry| keep(e) && matches_filter(e, filter, &f);
         let rss = |e: &ProcEntry| match &order {
             Order::Rss(f) if !e.exited() => f(e.key.pid),
             _ => None,
