@@ -209,7 +209,8 @@ fn take(shot: &Shot, out: &Path) -> Result<()> {
         "-y",
         &shot.h.to_string(),
         &format!(
-            "COLORTERM=truecolor {sudo}{} {}; sleep 600",
+            // The screens as shipped: not as this machine's settings file would make them.
+            "COLORTERM=truecolor {sudo}{} --no-config {}; sleep 600",
             bin.display(),
             shot.args
         ),
