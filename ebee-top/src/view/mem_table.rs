@@ -46,15 +46,18 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         return;
     }
     let n = inner.height.saturating_sub(1) as usize;
-    // The filter (`/`) applies here as in the process table: pid, name or command line.
+    // The filter (`/`) applies here as in the process table: pid, name or command line; and
+    // so does the user (`-u`, `u`).
     let needle = app.filter.to_lowercase();
     let matches = |pid: u32| {
-        needle.is_empty()
-            || pid.to_string() == needle
-            || m.proc_info(pid).is_some_and(|p| {
-                p.comm.to_lowercase().contains(&needle)
-                    || p.cmdline.to_lowercase().contains(&needle)
-            })
+        let owner = m.proc_info(pid).and_then(|p| p.uid);
+        (app.user.is_none() || owner == app.user)
+            && (needle.is_empty()
+                || pid.to_string() == needle
+                || m.proc_info(pid).is_some_and(|p| {
+                    p.comm.to_lowercase().contains(&needle)
+                        || p.cmdline.to_lowercase().contains(&needle)
+                }))
     };
     // The Model keeps both rankings ready; read them in order only until the pane is full.
     let entries: Box<dyn Iterator<Item = crate::model::mem::MemEntry>> = if by_growth {
