@@ -57,7 +57,7 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
             };
         }
         if cause
-            .downcast_ref::<crate::os::details::NoSuchUser>()
+            .downcast_ref::<crate::frontend::live::NoSuchUser>()
             .is_some()
         {
             return USAGE;

@@ -25,7 +25,9 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>, cfg: &Loaded) -> anyhow::Resul
     // A user that does not exist is a usage error, said before anything is loaded.
     let users = crate::os::details::users();
     let user = match &cli.user {
-        Some(u) => Some(crate::os::details::uid_of(u, &users).context("-u")?),
+        Some(u) => {
+            Some(crate::os::details::uid_of(u, &users).ok_or_else(|| NoSuchUser(u.to_string()))?)
+        }
         None => None,
     };
     use std::io::IsTerminal;
@@ -121,6 +123,11 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>, cfg: &Loaded) -> anyhow::Resul
     }
     r
 }
+
+/// A `-u` argument that names no user (a usage error).
+#[derive(Debug, thiserror::Error)]
+#[error("-u: no user {0:?} (not a name in /etc/passwd, nor a uid)")]
+pub struct NoSuchUser(pub String);
 
 /// The screen's process key as `os::act` takes it.
 fn act_proc(k: ProcKey) -> act::Proc {

@@ -31,20 +31,12 @@ pub fn users() -> std::collections::HashMap<u32, String> {
         .collect()
 }
 
-/// A `-u` argument that names no user.
-#[derive(Debug, thiserror::Error)]
-#[error("no user {0:?} (not a name in /etc/passwd, nor a uid)")]
-pub struct NoSuchUser(pub String);
-
 /// The uid of `user`: a name from /etc/passwd, or a number (any uid, as top takes it).
-pub fn uid_of(
-    user: &str,
-    users: &std::collections::HashMap<u32, String>,
-) -> Result<u32, NoSuchUser> {
+pub fn uid_of(user: &str, users: &std::collections::HashMap<u32, String>) -> Option<u32> {
     if let Some((id, _)) = users.iter().find(|(_, n)| n.as_str() == user) {
-        return Ok(*id);
+        return Some(*id);
     }
-    user.parse().map_err(|_| NoSuchUser(user.to_string()))
+    user.parse().ok()
 }
 
 /// User name of a uid from /etc/passwd, or the number.
