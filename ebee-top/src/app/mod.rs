@@ -257,15 +257,14 @@ impl App {
     /// tree, every row the tree has).
     pub fn table_rows(&self) -> Vec<&ProcEntry> {
         if self.tree {
-            return self.tree_rows(true).into_iter().map(|r| r.entry).collect();
+            return self.tree_rows().into_iter().map(|r| r.entry).collect();
         }
         self.flat_rows(usize::from(self.screen.1).saturating_sub(6))
     }
 
     /// The process table as a tree: every process the flat table could list (filtered, in its
-    /// order), under its parent, with the ancestors that lead to them; `ascii` picks the
-    /// branch glyphs.
-    pub fn tree_rows(&self, ascii: bool) -> Vec<TreeRow<'_>> {
+    /// order), under its parent, with the ancestors that lead to them.
+    pub fn tree_rows(&self) -> Vec<TreeRow<'_>> {
         let m = self.shown();
         let listed = self.flat_rows(usize::MAX);
         let rss = |e: &ProcEntry| {
@@ -286,10 +285,10 @@ impl App {
         let measures = Measures { rss, net };
         if threads {
             let p = ThreadParents { m };
-            tree::build(&listed, &p, &self.collapsed, ascii, &measures)
+            tree::build(&listed, &p, &self.collapsed, &measures)
         } else {
             let p = ProcParents { m };
-            tree::build(&listed, &p, &self.collapsed, ascii, &measures)
+            tree::build(&listed, &p, &self.collapsed, &measures)
         }
     }
 

@@ -251,9 +251,9 @@ fn family() -> Box<Batch> {
 }
 
 fn tree_text(a: &App) -> Vec<String> {
-    a.tree_rows(true)
+    a.tree_rows()
         .iter()
-        .map(|r| format!("{}{}", r.prefix, r.entry.comm))
+        .map(|r| format!("{}{}", r.prefix_at(3, true), r.entry.comm))
         .collect()
 }
 
@@ -275,10 +275,10 @@ fn the_tree_puts_children_under_parents_in_the_table_order_with_their_ancestors(
             "   `- cc"
         ]
     );
-    let rows = a.tree_rows(false);
+    let rows = a.tree_rows();
     assert!(rows[1].context && rows[2].context && !rows[3].context);
     assert_eq!(rows[3].entry.key.pid, 12, "the busier cc first");
-    assert_eq!(rows[4].prefix, "   │  └─ ");
+    assert_eq!(rows[4].prefix_at(3, false), "   │  └─ ");
     // The filter keeps the matching rows and the ancestors that lead to them.
     a.filter = "cc1".into();
     assert_eq!(
@@ -300,7 +300,7 @@ fn a_folded_subtree_sums_its_members() {
     }
     assert_eq!(a.selected_key.map(|k| k.pid), Some(10));
     a.update(key(KeyCode::Left));
-    let rows = a.tree_rows(true);
+    let rows = a.tree_rows();
     assert_eq!(rows.len(), 3, "sshd, bash, make folded");
     let r = &rows[2];
     assert!(r.collapsed);
@@ -316,7 +316,7 @@ fn a_folded_subtree_sums_its_members() {
     assert_eq!(a.selected_key.map(|k| k.pid), Some(2));
     a.update(key(KeyCode::Down));
     a.update(key(KeyCode::Right));
-    assert_eq!(a.tree_rows(true).len(), 6);
+    assert_eq!(a.tree_rows().len(), 6);
 }
 
 #[test]

@@ -327,7 +327,7 @@ impl App {
 
     /// Left in the tree: fold the selected row's subtree, or go to its parent.
     fn tree_left(&mut self) -> Effect {
-        let rows = self.tree_rows(true);
+        let rows = self.tree_rows();
         let Some(i) = self
             .selected_key
             .and_then(|k| rows.iter().position(|r| r.entry.key == k))

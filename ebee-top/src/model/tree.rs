@@ -56,8 +56,6 @@ pub struct Sums {
 #[derive(Clone, Debug)]
 pub struct TreeRow<'a> {
     pub entry: &'a ProcEntry,
-    /// The glyphs drawn before the command (`├─ `, or `|- ` in ASCII).
-    pub prefix: String,
     pub depth: usize,
     /// For each level above it, whether a branch line passes there.
     pub guides: Vec<bool>,
@@ -149,14 +147,6 @@ impl Lineage {
     pub fn entry(&self, pid: u32) -> Option<&ProcEntry> {
         self.nodes.get(&pid).map(|n| &n.entry)
     }
-
-    pub fn len(&self) -> usize {
-        self.nodes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
 }
 
 /// How to find a row's parent and a row for a pid the table does not list.
@@ -169,12 +159,11 @@ pub trait Parents<'a> {
 
 /// The tree of `listed` (a table's rows, in its order): each row under its parent, the
 /// ancestors that lead to a row added after them, children of a key in `collapsed` folded into
-/// it with their sums. `ascii` draws the branches with `|-`, `` `- `` and `|`.
+/// it with their sums (each row's branch glyphs from [`TreeRow::prefix_at`]).
 pub fn build<'a, R, N>(
     listed: &[&'a ProcEntry],
     parents: &impl Parents<'a>,
     collapsed: &HashSet<ProcKey>,
-    ascii: bool,
     measures: &Measures<R, N>,
 ) -> Vec<TreeRow<'a>>
 where
@@ -268,7 +257,6 @@ where
             };
             out.push(TreeRow {
                 entry: e,
-                prefix: branches(&guides, last, depth, 3, ascii),
                 depth,
                 guides,
                 last,
@@ -325,7 +313,8 @@ fn branches(guides: &[bool], last: bool, depth: usize, width: usize, ascii: bool
 }
 
 impl TreeRow<'_> {
-    /// The branch glyphs `width` characters a level (3 is `prefix`).
+    /// The glyphs drawn before the command, `width` characters a level (3: `├─ `, or `|- `
+    /// in ASCII).
     pub fn prefix_at(&self, width: usize, ascii: bool) -> String {
         branches(&self.guides, self.last, self.depth, width, ascii)
     }

@@ -426,7 +426,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     let waits = m.wait.available;
     let threads = app.showing_threads();
     // In the tree, each row with its branch glyphs and, folded, its subtree's sums.
-    let tree = app.tree.then(|| app.tree_rows(t.ascii));
+    let tree = app.tree.then(|| app.tree_rows());
     // A deep tree in a narrow column draws its levels narrower (3, 2 or 1 characters), so
     // that rows at different depths still look it; past that the deepest rows are cut.
     let deepest = tree

@@ -789,7 +789,7 @@ fn the_tree_draws_branches_and_a_folded_row_with_its_sums() {
         "{unicode}"
     );
     // Folded: make's row says how many rows it holds and sums their CPU.
-    let make = a.tree_rows(true)[1].entry.key;
+    let make = a.tree_rows()[1].entry.key;
     a.collapsed.insert(make);
     unicode = text(&a, 100, 30);
     let folded = line(&unicode, "[+2] make -j2");
