@@ -10,7 +10,7 @@ pub mod servers;
 pub mod tree;
 pub mod wait;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use crate::batch::cgroup::ThreadRow;
 use crate::batch::{Batch, CpuRow, Exit, ProcInfo};
@@ -383,8 +383,8 @@ mod tests {
         ) {
             let steps: Vec<NameStep> = steps;
             let mut m = Model::new();
-            let mut names: HashMap<u32, ProcInfo> = HashMap::new();
-            let mut exited: HashMap<u32, u64> = HashMap::new();
+            let mut names: HashMap<u32, ProcInfo> = HashMap::default();
+            let mut exited: HashMap<u32, u64> = HashMap::default();
             for (i, (procs, mem, exits)) in steps.into_iter().enumerate() {
                 let seq = i as u64 + 1;
                 let mut b = batch(seq, &[]);

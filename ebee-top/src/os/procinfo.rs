@@ -20,7 +20,14 @@ pub struct ProcCache {
     /// Processes whose parent exited since the last `take_reparented`: their parent is read
     /// again.
     reparented: Vec<u32>,
+    /// Pids /proc did not have when last looked for, and when: a row can name a process that
+    /// is gone (a dying thread's last charge, a stale sketch entry), and it is looked for again
+    /// only after `MISSING_RETRY`, not on every interval.
+    missing: HashMap<u32, std::time::Instant>,
 }
+
+/// How long a pid /proc did not have is not looked for again (unless it execs).
+const MISSING_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl ProcCache {
     pub fn new() -> Self {
@@ -30,6 +37,7 @@ impl ProcCache {
     /// The process exec'd: its name and command line changed.
     pub fn on_exec(&mut self, pid: u32) {
         self.known.remove(&pid);
+        self.missing.remove(&pid);
     }
 
     /// The process ended; remember its last name for this interval's rows.
@@ -57,11 +65,15 @@ impl ProcCache {
     /// Events were lost: nothing cached can be trusted.
     pub fn clear(&mut self) {
         self.known.clear();
+        self.missing.clear();
     }
 
     /// Age the exit names: those of two intervals ago are forgotten.
     pub fn end_interval(&mut self) {
         self.exited_before = std::mem::take(&mut self.exited);
+        if self.missing.len() > 256 {
+            self.missing.retain(|_, t| t.elapsed() < MISSING_RETRY);
+        }
     }
 
     fn exit_name(&self, pid: u32) -> Option<&String> {
@@ -78,13 +90,33 @@ impl ProcCache {
         self.get(pid).ppid
     }
 
+    /// Whether `pid` was found in /proc (and is cached): what else is read of it (its cgroup)
+    /// is worth reading.
+    pub fn is_known(&self, pid: u32) -> bool {
+        self.known.contains_key(&pid)
+    }
+
     /// Metadata of `pid`, from the cache or /proc.
     pub fn get(&mut self, pid: u32) -> ProcInfo {
         if let Some(p) = self.known.get(&pid) {
             return p.clone();
         }
-        match read_proc(pid) {
+        let found = if self
+            .missing
+            .get(&pid)
+            .is_some_and(|t| t.elapsed() < MISSING_RETRY)
+        {
+            None
+        } else {
+            let found = read_proc(pid);
+            if found.is_none() {
+                self.missing.insert(pid, std::time::Instant::now());
+            }
+            found
+        };
+        match found {
             Some(info) => {
+                self.missing.remove(&pid);
                 // Do not cache a process that is already known to have exited: the pid may
                 // come back as another process.
                 if self.exit_name(pid).is_none() {
@@ -105,7 +137,12 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
     let p = procfs::process::Process::new(pid as i32).ok()?;
     let stat = p.stat().ok()?;
     let cmdline = p.cmdline().map(|v| v.join(" ")).unwrap_or_default();
-    let uid = p.status().ok().map(|s| s.ruid);
+    // Only the real uid is wanted: procfs's full `status` parse costs a hundred times more
+    // than finding one line.
+    let uid = p
+        .open_relative("status")
+        .ok()
+        .and_then(|f| real_uid(std::io::BufReader::new(f)));
     Some(ProcInfo {
         pid,
         start_ticks: stat.starttime,
@@ -117,6 +154,17 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
         tgid: None,
         ppid: u32::try_from(stat.ppid).ok(),
     })
+}
+
+/// The real uid in a /proc/PID/status text: the first number of its `Uid:` line.
+fn real_uid(r: impl std::io::BufRead) -> Option<u32> {
+    r.lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("Uid:").map(str::to_owned))?
+        .split_ascii_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The name and start time (clock ticks after boot) in a /proc/PID/stat or
@@ -143,6 +191,31 @@ pub fn comm_str(comm: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_real_uid_is_the_first_of_the_uid_line() {
+        let status = "Name:\tbash\nUmask:\t0022\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\n";
+        assert_eq!(real_uid(status.as_bytes()), Some(1000));
+        assert_eq!(real_uid("Name:\tx\n".as_bytes()), None);
+        assert_eq!(real_uid("Uid:\tx\n".as_bytes()), None);
+    }
+
+    #[test]
+    fn a_missing_pid_is_not_looked_for_on_every_call() {
+        let mut c = ProcCache::new();
+        // No such pid (above pid_max).
+        let pid = 1 << 30;
+        assert!(c.get(pid).comm.is_empty());
+        assert!(c.missing.contains_key(&pid));
+        assert!(!c.is_known(pid));
+        // An exec of that pid makes it worth a look at once.
+        c.on_exec(pid);
+        assert!(!c.missing.contains_key(&pid));
+        // This process is found and cached.
+        let me = std::process::id();
+        assert!(!c.get(me).comm.is_empty());
+        assert!(c.is_known(me));
+    }
 
     #[test]
     fn a_stat_line_gives_its_name_and_start_time() {

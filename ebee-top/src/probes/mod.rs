@@ -344,12 +344,16 @@ impl Probes {
         maps::report()
     }
 
-    /// Total run time of our attached programs since load (zero unless BPF stats are on).
+    /// Total run time of our attached programs since load (zero unless BPF stats are on; then
+    /// nothing is asked of the kernel, as the counts do not move).
     pub fn prog_stats(&self) -> ProgStats {
         let mut s = ProgStats {
             enabled: self.stats.is_some(),
             ..Default::default()
         };
+        if !s.enabled {
+            return s;
+        }
         for (_, prog) in self._ebpf.programs() {
             if let Ok(info) = prog.info() {
                 s.run_ns += info.run_time().as_nanos() as u64;

@@ -3,6 +3,7 @@
 //! One module per benchmark; this one holds the subcommand, what they share for running
 //! things, the section header and BENCHMARKS.md, and the table helpers.
 
+mod cost;
 mod footprint;
 mod mem_precision;
 mod metrics;
@@ -113,6 +114,25 @@ pub enum Which {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+    /// What ebee-top costs, every row of issue 27's table in one run: own CPU (process and
+    /// eBPF) in batch mode, on the screen and as `serve`; against top; the socket programs per
+    /// request and per non-server call; redis-benchmark's GET rate with and without ebee-top
+    /// (interleaved pairs); a recording's size per hour on two busy loads. Medians with
+    /// bootstrap 95% intervals, and callgrind's instructions per interval.
+    Cost {
+        /// Rounds of the CPU measurements (the screen runs half as many, serve a quarter).
+        #[arg(long, default_value_t = 20)]
+        rounds: u32,
+        /// Seconds measured per round.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Pairs of redis-benchmark runs (off, on).
+        #[arg(long, default_value_t = 20)]
+        redis_pairs: u32,
+        /// GET requests per redis-benchmark run.
+        #[arg(long, default_value_t = 100_000)]
+        redis_requests: u64,
+    },
     /// Size of a recording per hour (and its encode/decode cost) on a busy and a moderate
     /// machine, at the default interval and longer ones.
     Record {
@@ -148,6 +168,17 @@ pub fn run(which: Which) -> Result<()> {
         } => servers::run(calls, rounds, redis_rounds, redis_requests),
         Which::Metrics { seconds } => metrics::run(seconds),
         Which::Footprint { seconds } => footprint::run(seconds),
+        Which::Cost {
+            rounds,
+            seconds,
+            redis_pairs,
+            redis_requests,
+        } => cost::run(&cost::Opts {
+            rounds,
+            seconds,
+            redis_pairs,
+            redis_requests,
+        }),
     }
 }
 

@@ -16,7 +16,9 @@ mod ranking;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashSet};
 
 use crate::batch::{Batch, ProcInfo};
 

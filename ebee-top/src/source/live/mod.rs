@@ -270,7 +270,9 @@ impl Source for Live {
             .into_iter()
             .map(|p| {
                 let mut info = self.procs.get(p);
-                self.cg.fill(&mut info);
+                if self.procs.is_known(p) {
+                    self.cg.fill(&mut info);
+                }
                 info
             })
             .collect();
