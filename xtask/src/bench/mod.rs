@@ -10,6 +10,7 @@ mod metrics;
 mod overhead;
 mod precision;
 mod qos;
+mod rate;
 mod record;
 mod scale;
 mod servers;
@@ -80,6 +81,19 @@ pub enum Which {
         /// Requests per load.
         #[arg(long, default_value_t = 100_000)]
         requests: u64,
+    },
+    /// Pinned request rate of a delay server under closed-loop clients: ebee-top's counts
+    /// against the clients' over the same intervals, and the rates compared from outside.
+    Rate {
+        /// Client connections of each load.
+        #[arg(long, default_value = "1,4,16")]
+        conns: String,
+        /// Seconds of each run.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Runs of each load.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
     },
     /// Cost of the servers pipeline (programs on the socket tracepoints): getppid and socket
     /// loops with no monitor, ebee-top without and with the pipeline, the floor of empty
@@ -160,6 +174,11 @@ pub fn run(which: Which) -> Result<()> {
         Which::Overhead { calls, rounds } => overhead::run(calls, rounds),
         Which::Qos { clients, requests } => qos::run(&clients, requests),
         Which::Record { seconds } => record::run(seconds),
+        Which::Rate {
+            conns,
+            seconds,
+            runs,
+        } => rate::run(&conns, seconds, runs),
         Which::Servers {
             calls,
             rounds,

@@ -8,6 +8,7 @@ mod mem_precision;
 mod overhead;
 mod precision;
 mod qos;
+mod rate;
 mod record_stats;
 mod servers;
 mod switch;
@@ -96,6 +97,19 @@ enum Cmd {
         #[arg(long, default_value_t = 100_000)]
         requests: u64,
     },
+    /// A pinned delay server under closed-loop clients: ebee-top's request counts against the
+    /// clients' over the same intervals, and the rates a user compares from the outside.
+    Rate {
+        /// Client connections of each load.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+        conns: Vec<u32>,
+        /// Seconds of each run.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Runs of each load.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+    },
     /// Cost of the servers pipeline: syscall and socket loops on CPU 1 with no monitor,
     /// ebee-top without and with the pipeline, the floor of empty socket programs and (the
     /// request loop) pinned mode; the programs' run time per event from BPF statistics; and
@@ -152,6 +166,11 @@ fn main() {
             clients,
             requests,
         } => qos::qos(pid, port, &clients, requests),
+        Cmd::Rate {
+            conns,
+            seconds,
+            runs,
+        } => rate::rate(&conns, seconds, runs),
         Cmd::Servers {
             calls,
             rounds,
