@@ -85,6 +85,60 @@ pub fn update<S: Slot, const D: usize, const W: usize>(
     Some(carry)
 }
 
+/// Insert `incoming`, keeping one slot per key and never giving a resident's place to a lighter
+/// entry: the key is looked for in its slot of every stage (merged where found); a new key
+/// takes the first empty one of its `D` slots; when all are taken, the lightest of them is
+/// replaced if `incoming` is heavier, and returned, else `incoming` is returned. Returns what
+/// the sketch let go, if any. Like [`update`] it never overestimates, and what it holds plus
+/// what it returns is everything it was given.
+///
+/// Plain HashPipe ([`update`]) always puts a newcomer in stage 0 and carries the resident on,
+/// so a crowd of light keys (thousands of processes that each run a few microseconds an
+/// interval) keeps moving heavy keys down the pipeline, splits them over stages and pushes
+/// pieces of them out of the last one. Here a light key can only take an empty slot or a
+/// lighter key's: heavy keys stay whole however many light ones pass. A key whose slots are
+/// all taken by heavier ones has its time dropped until one frees, as a light key should.
+/// The cost is a look at every stage for a key not in stage 0.
+#[inline(always)]
+pub fn update_keep<S: Slot, const D: usize, const W: usize>(
+    stages: &mut [[S; W]; D],
+    incoming: S,
+) -> Option<S> {
+    let key = incoming.key();
+    // (stage, index) of the lightest candidate so far.
+    let mut light = (0usize, index(key, 0, W));
+    let mut light_w = u64::MAX;
+    let mut stage = 0;
+    while stage < D {
+        let i = index(key, stage, W);
+        let slot = &mut stages[stage][i];
+        if slot.key() == key {
+            slot.merge(&incoming);
+            return None;
+        }
+        if slot.key() == 0 {
+            // A key takes the first empty one of its slots, and a taken slot stays taken
+            // until the whole sketch is cleared: had the key gone to a later stage, this slot
+            // would have been taken then, and still be. So the key is nowhere else.
+            *slot = incoming;
+            return None;
+        }
+        if slot.weight() < light_w {
+            light_w = slot.weight();
+            light = (stage, i);
+        }
+        stage += 1;
+    }
+    if light_w < incoming.weight()
+        && let Some(slot) = stages
+            .get_mut(light.0)
+            .and_then(|st| st.get_mut(light.1 & (W - 1)))
+    {
+        return Some(core::mem::replace(slot, incoming));
+    }
+    Some(incoming)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

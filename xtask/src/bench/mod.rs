@@ -29,13 +29,22 @@ use crate::util::{self, output, root};
 #[derive(Subcommand)]
 pub enum Which {
     /// Precision@k of the CPU sketch against the exact shadow, and a sweep of sketch shapes.
+    /// With `--storm`: the CPU sketch alone under a storm (a few skewed burners, short-lived
+    /// processes and thousands of light ones), precision@k at every k from 1 to 30 and the
+    /// share of CPU time evicted, into its own section.
     Precision {
-        /// Processes in the skewed workload.
-        #[arg(long, default_value_t = 200)]
-        procs: u32,
+        /// Processes in the skewed workload (default 200; 40 with `--storm`).
+        #[arg(long)]
+        procs: Option<u32>,
         /// Short-lived processes started per second.
         #[arg(long, default_value_t = 100)]
         churn: u32,
+        /// The storm mode.
+        #[arg(long)]
+        storm: bool,
+        /// With `--storm`: light processes (each wakes about every 100 ms and burns 50 us).
+        #[arg(long, default_value_t = 2000)]
+        light: u32,
     },
     /// Precision@k of the run-queue wait and disk I/O sketches against their exact shadows.
     Waits {
@@ -164,7 +173,18 @@ pub fn run(which: Which) -> Result<()> {
     })?;
     util::build_release()?;
     match which {
-        Which::Precision { procs, churn } => precision::run(procs, churn),
+        Which::Precision {
+            procs,
+            churn,
+            storm: false,
+            ..
+        } => precision::run(procs.unwrap_or(200), churn),
+        Which::Precision {
+            procs,
+            churn,
+            storm: true,
+            light,
+        } => precision::storm(procs.unwrap_or(40), churn, light),
         Which::Waits { procs, io_procs } => waits::run(procs, io_procs),
         Which::Switch {
             rounds,

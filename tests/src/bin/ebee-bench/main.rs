@@ -32,6 +32,8 @@ enum Cmd {
     Precision {
         #[command(flatten)]
         sampling: Sampling,
+        #[command(flatten)]
+        opts: precision::Opts,
     },
     /// Precision@k of the wait and disk I/O sketches against their exact shadows while a
     /// workload runs.
@@ -143,7 +145,9 @@ enum Cmd {
 fn main() {
     let args = Args::parse();
     let r = match args.cmd {
-        Cmd::Precision { sampling: s } => precision::precision(s.interval_ms, s.intervals),
+        Cmd::Precision { sampling: s, opts } => {
+            precision::precision(s.interval_ms, s.intervals, opts)
+        }
         Cmd::Bursts { pid, seconds } => bursts::bursts(pid, seconds),
         Cmd::WaitPrecision { sampling: s } => {
             wait_precision::wait_precision(s.interval_ms, s.intervals)

@@ -10,7 +10,7 @@ use ebee_top::probes::{ProbeConfig, Probes};
 use serde_json::json;
 
 use crate::common::Ticker;
-use crate::topk::{Acc, shapes};
+use crate::topk::{Acc, Replay, Update, shapes};
 
 /// (pid, on-CPU ns), largest first, of replayed CPU sketch slots (a pid in several summed).
 fn cpu_ranking<'a>(slots: impl Iterator<Item = &'a CpuSlot>) -> Vec<(u32, u64)> {
@@ -23,27 +23,93 @@ fn cpu_ranking<'a>(slots: impl Iterator<Item = &'a CpuSlot>) -> Vec<(u32, u64)> 
     v
 }
 
-pub fn precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_json::Value> {
+/// What a precision run loads beside the sketch and how it scores it.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct Opts {
+    /// Score precision@k at every k from 1 to 30 (default: 1, 5, 10, 20, 30).
+    #[arg(long)]
+    pub all_k: bool,
+    /// Leave the cgroup pipeline off (`--cgroups off`).
+    #[arg(long)]
+    pub no_cgroups: bool,
+    /// Turn the per-thread mode on (`-H`: the thread sketch is written too).
+    #[arg(long)]
+    pub threads: bool,
+}
+
+/// The k of `--all-k`.
+const ALL_K: std::ops::RangeInclusive<usize> = 1..=30;
+
+/// The exact top `k` keys' time the sketch did not report, as a share of their exact time.
+fn top_loss(k: usize, reported: &[(u32, u64)], exact: &HashMap<u32, u64>) -> (u64, u64) {
+    let mut top: Vec<(u32, u64)> = exact.iter().map(|(p, n)| (*p, *n)).collect();
+    top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let got: HashMap<u32, u64> = reported.iter().copied().collect();
+    top.iter().take(k).fold((0, 0), |(lost, all), (pid, ns)| {
+        let seen = got.get(pid).copied().unwrap_or(0).min(*ns);
+        (lost + (ns - seen), all + ns)
+    })
+}
+
+/// One replayed shape of the sweep: stages, slots, and the replay.
+type CpuShape = (usize, usize, Replay<CpuTrace, Vec<(u32, u64)>>);
+
+pub fn precision(
+    interval_ms: u64,
+    intervals: u32,
+    opts: Opts,
+) -> anyhow::Result<serde_json::Value> {
     let tick = Duration::from_millis(interval_ms);
     let mut p = Probes::load(
         ProbeConfig {
             shadow: true,
             trace: true,
+            cgroups: if opts.no_cgroups {
+                ebee_top::os::cgroup::Want::Off
+            } else {
+                ebee_top::os::cgroup::Want::Auto
+            },
             ..Default::default()
         },
         tick,
     )?;
+    if opts.threads {
+        p.set_threads(true)?;
+    }
     let ncpus = p.ncpus();
-    let mut shapes = shapes!(CpuTrace => Vec<(u32, u64)>, cpu_ranking; ncpus;
-        (1, 64), (1, 128), (1, 256), (1, 512),
-        (2, 32), (2, 64), (2, 128), (2, 256),
-        (4, 16), (4, 32), (4, 64), (4, 128),
-        (8, 16), (8, 32), (8, 64),
+    let ks: Vec<usize> = if opts.all_k {
+        ALL_K.collect()
+    } else {
+        crate::topk::KS.to_vec()
+    };
+    let new_acc = || Acc::with_ks(&ks);
+    let mut shapes: Vec<(Update, CpuShape)> =
+        shapes!(CpuTrace => Vec<(u32, u64)>, cpu_ranking; ncpus;
+            (1, 64), (1, 128), (1, 256), (1, 512),
+            (2, 32), (2, 64), (2, 128), (2, 256),
+            (4, 16), (4, 32), (4, 64), (4, 128),
+            (8, 16), (8, 32), (8, 64),
+        )
+        .into_iter()
+        .map(|s| (Update::Pipe, s))
+        .collect();
+    shapes.extend(
+        shapes!(CpuTrace => Vec<(u32, u64)>, cpu_ranking; ncpus; Update::Keep;
+            (2, 64), (2, 128), (4, 32), (4, 64), (4, 128), (8, 32), (8, 64),
+        )
+        .into_iter()
+        .map(|s| (Update::Keep, s)),
     );
-    let mut kernel = Acc::default();
-    let mut sweep: Vec<Acc> = shapes.iter().map(|_| Acc::default()).collect();
+    let mut kernel = new_acc();
+    let mut sweep: Vec<Acc> = shapes.iter().map(|_| new_acc()).collect();
     let (mut keys, mut evictions, mut evicted_ns, mut updates, mut total_ns) =
         (0usize, 0u64, 0u64, 0u64, 0u64);
+    // Distinct keys each CPU's sketch was offered per interval (from the trace), the worst
+    // interval's evicted share, and the top 30's time the sketch missed.
+    let (mut cpu_keys, mut cpu_keys_max, mut worst_evicted) = (0usize, 0usize, 0f64);
+    let (mut top_lost, mut top_all) = (0u64, 0u64);
+    // How long the intervals really were (the drain of one may make the next one late).
+    let (mut span_ns, mut span_max_ns) = (0u64, 0u64);
     p.drain()?;
     let mut ticker = Ticker::new(tick);
     for _ in 0..intervals {
@@ -61,8 +127,28 @@ pub fn precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_json:
         updates += raw.updates;
         let reported: Vec<(u32, u64)> = raw.rows.iter().map(|r| (r.tgid, r.ns)).collect();
         kernel.add(&reported, &exact);
+        let span = raw.end_ns.saturating_sub(raw.start_ns);
+        span_ns += span;
+        span_max_ns = span_max_ns.max(span);
+        let (lost, all) = top_loss(30, &reported, &exact);
+        top_lost += lost;
+        top_all += all;
+        let interval_ns: u64 = exact.values().sum();
+        if interval_ns > 0 {
+            worst_evicted = worst_evicted.max(raw.evicted_ns as f64 / interval_ns as f64);
+        }
         let trace = raw.trace.as_deref().unwrap_or_default();
-        for ((_, _, f), acc) in shapes.iter_mut().zip(&mut sweep) {
+        for cpu in 0..ncpus {
+            let n = trace
+                .iter()
+                .filter(|t| t.cpu as usize == cpu)
+                .map(|t| t.slot.tgid)
+                .collect::<std::collections::HashSet<u32>>()
+                .len();
+            cpu_keys += n;
+            cpu_keys_max = cpu_keys_max.max(n);
+        }
+        for ((_, (_, _, f)), acc) in shapes.iter_mut().zip(&mut sweep) {
             acc.add(&f(trace), &exact);
         }
     }
@@ -77,6 +163,14 @@ pub fn precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_json:
         "switches_per_interval": updates as f64 / f64::from(intervals),
         "evictions": evictions,
         "evicted_share": if total_ns > 0 { evicted_ns as f64 / total_ns as f64 } else { 0.0 },
+        "worst_interval_evicted_share": worst_evicted,
+        "top30_missed_share": if top_all > 0 { top_lost as f64 / top_all as f64 } else { 0.0 },
+        "keys_per_cpu_interval": cpu_keys as f64 / (f64::from(intervals) * ncpus as f64),
+        "keys_per_cpu_interval_max": cpu_keys_max,
+        "span_ms_mean": span_ns as f64 / 1e6 / f64::from(intervals),
+        "span_ms_max": span_max_ns as f64 / 1e6,
+        "cgroups": !opts.no_cgroups,
+        "threads": opts.threads,
         "kernel": {
             "stages": ebee_shared::cpu::CPU_STAGES,
             "slots": ebee_shared::cpu::CPU_SLOTS,
@@ -85,8 +179,9 @@ pub fn precision(interval_ms: u64, intervals: u32) -> anyhow::Result<serde_json:
         },
         "maps": maps,
         "trace_lost": p.drain()?.trace_lost,
-        "sweep": shapes.iter().zip(&sweep).map(|((d, w, _), acc)| json!({
-            "stages": d, "slots": w, "sketch_bytes": sketch_bytes(*d, *w), "precision": acc.json(),
+        "sweep": shapes.iter().zip(&sweep).map(|((u, (d, w, _)), acc)| json!({
+            "update": u.name(), "stages": d, "slots": w,
+            "sketch_bytes": sketch_bytes(*d, *w), "precision": acc.json(),
         })).collect::<Vec<_>>(),
     }))
 }

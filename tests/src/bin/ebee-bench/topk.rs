@@ -29,16 +29,32 @@ fn precision_at(k: usize, reported: &[(u32, u64)], exact: &HashMap<u32, u64>) ->
     Some(hits as f64 / k as f64)
 }
 
-/// Precision@k for every k of `KS`, averaged over the intervals where it is defined.
-#[derive(Default)]
+/// Precision@k for every k asked for (those of `KS` by default), averaged over the intervals
+/// where it is defined.
 pub struct Acc {
-    sum: [f64; KS.len()],
-    n: [u32; KS.len()],
+    ks: Vec<usize>,
+    sum: Vec<f64>,
+    n: Vec<u32>,
+}
+
+impl Default for Acc {
+    fn default() -> Self {
+        Self::with_ks(&KS)
+    }
 }
 
 impl Acc {
+    /// Precision at each of `ks`.
+    pub fn with_ks(ks: &[usize]) -> Self {
+        Self {
+            ks: ks.to_vec(),
+            sum: vec![0.0; ks.len()],
+            n: vec![0; ks.len()],
+        }
+    }
+
     pub fn add(&mut self, reported: &[(u32, u64)], exact: &HashMap<u32, u64>) {
-        for (i, k) in KS.iter().enumerate() {
+        for (i, k) in self.ks.iter().enumerate() {
             if let Some(p) = precision_at(*k, reported, exact) {
                 self.sum[i] += p;
                 self.n[i] += 1;
@@ -46,7 +62,8 @@ impl Acc {
         }
     }
     pub fn json(&self) -> serde_json::Value {
-        let v: Vec<serde_json::Value> = KS
+        let v: Vec<serde_json::Value> = self
+            .ks
             .iter()
             .enumerate()
             .map(|(i, k)| {
@@ -85,15 +102,35 @@ impl Traced for MemTrace {
     }
 }
 
+/// Which update a replayed sketch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Update {
+    /// `hashpipe::update`: plain HashPipe.
+    Pipe,
+    /// `hashpipe::update_keep`: one slot per key, residents kept against lighter entries.
+    Keep,
+}
+
+impl Update {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pipe => "hashpipe",
+            Self::Keep => "keep",
+        }
+    }
+}
+
 /// Per-CPU sketches of `D` stages x `W` slots, for the replay sweep.
 pub struct Shape<S, const D: usize, const W: usize> {
     cpus: Vec<[[S; W]; D]>,
+    update: Update,
 }
 
 impl<S: Slot + Default, const D: usize, const W: usize> Shape<S, D, W> {
-    pub fn new(ncpus: usize) -> Self {
+    pub fn with_update(ncpus: usize, update: Update) -> Self {
         Self {
             cpus: vec![[[S::default(); W]; D]; ncpus],
+            update,
         }
     }
 
@@ -107,7 +144,10 @@ impl<S: Slot + Default, const D: usize, const W: usize> Shape<S, D, W> {
         }
         for r in trace {
             if let Some(s) = self.cpus.get_mut(r.cpu() as usize) {
-                let _ = hashpipe::update(s, r.slot());
+                let _ = match self.update {
+                    Update::Pipe => hashpipe::update(s, r.slot()),
+                    Update::Keep => hashpipe::update_keep(s, r.slot()),
+                };
             }
         }
         self.cpus.iter().flat_map(|c| c.iter().flatten())
@@ -121,12 +161,17 @@ pub type Replay<T, R> = Box<dyn FnMut(&[T]) -> R>;
 /// `shapes!(TraceType => Reading, read; ncpus; (d, w), ...)` where `read` turns the replayed
 /// slots into the `Reading`.
 macro_rules! shapes {
-    ($trace:ty => $out:ty, $read:expr; $ncpus:expr; $(($d:literal, $w:literal)),* $(,)?) => {{
+    ($trace:ty => $out:ty, $read:expr; $ncpus:expr; $(($d:literal, $w:literal)),* $(,)?) => {
+        $crate::topk::shapes!($trace => $out, $read; $ncpus; $crate::topk::Update::Pipe;
+            $(($d, $w)),*)
+    };
+    ($trace:ty => $out:ty, $read:expr; $ncpus:expr; $update:expr;
+     $(($d:literal, $w:literal)),* $(,)?) => {{
         let v: Vec<(usize, usize, $crate::topk::Replay<$trace, $out>)> = vec![
             $({
                 let mut s = $crate::topk::Shape::<
                     <$trace as $crate::topk::Traced>::Slot, $d, $w
-                >::new($ncpus);
+                >::with_update($ncpus, $update);
                 (
                     $d,
                     $w,

@@ -3,6 +3,7 @@
 //! socket servers and clients.
 
 mod disk;
+mod light;
 mod mem;
 mod net;
 mod syscalls;
@@ -44,6 +45,18 @@ enum Cmd {
         /// thread's own CPU time in it (CLOCK_THREAD_CPUTIME_ID), ns.
         #[arg(long)]
         log: bool,
+    },
+    /// Start `procs` light processes, each waking about every `period_ms` (random phase and
+    /// jitter) to burn `burn_us` of CPU, for `seconds`.
+    Light {
+        #[arg(long, default_value_t = 2000)]
+        procs: u32,
+        #[arg(long, default_value_t = 100)]
+        period_ms: u64,
+        #[arg(long, default_value_t = 50)]
+        burn_us: u64,
+        #[arg(long)]
+        seconds: f64,
     },
     /// Start `procs` processes that sleep until killed (and stay until this process is killed).
     Idle {
@@ -510,6 +523,12 @@ fn main() {
         }
         Cmd::Pingpong { round_trips, cpu } => pingpong(round_trips, cpu),
         Cmd::Idle { procs } => idle(procs),
+        Cmd::Light {
+            procs,
+            period_ms,
+            burn_us,
+            seconds,
+        } => light::run(procs, period_ms, burn_us, seconds),
         Cmd::Hold { mib } => mem::hold(mib),
         Cmd::Faults { mib, rounds } => {
             let len = mib as usize * MIB;
