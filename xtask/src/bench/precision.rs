@@ -156,7 +156,15 @@ pub fn storm(procs: u32, churn: u32, light: u32) -> Result<()> {
         "--seconds",
         &secs,
     ])?;
-    let _light = workload(&["light", "--procs", &light.to_string(), "--seconds", &secs])?;
+    let _light = workload(&[
+        "light",
+        "--procs",
+        &light.to_string(),
+        "--burn-us",
+        "20",
+        "--seconds",
+        &secs,
+    ])?;
     // Let every process start and settle before measuring.
     std::thread::sleep(std::time::Duration::from_secs(5));
     let mut body = String::new();
