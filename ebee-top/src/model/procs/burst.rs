@@ -182,14 +182,24 @@ impl Burst {
         out
     }
 
-    /// Sum of the cells from `first` to `last` inclusive.
+    /// Sum of the cells from `first` to `last` inclusive: a run at a time, newest first, so a
+    /// busy process's second (one or two runs) costs a few steps, not a hundred cells. Runs
+    /// are stored in cell order, so the first one that ends before `first` ends the walk.
     pub fn sum(&self, first: u64, last: u64) -> u64 {
-        self.pairs()
-            .rev()
-            .take_while(|(c, _)| *c >= first)
-            .filter(|(c, _)| *c <= last)
-            .map(|(_, v)| v)
-            .sum()
+        let mut total = 0u64;
+        for &p in self.cells.iter().rev() {
+            let (o, run, v) = unpack(p);
+            let start = self.base + u64::from(o);
+            let end = start + u64::from(run) - 1;
+            if end < first {
+                break;
+            }
+            let (lo, hi) = (start.max(first), end.min(last));
+            if lo <= hi {
+                total = total.saturating_add((hi - lo + 1).saturating_mul(u64::from(v)));
+            }
+        }
+        total
     }
 
     pub fn is_empty(&self) -> bool {

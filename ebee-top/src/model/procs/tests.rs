@@ -509,3 +509,35 @@ fn equal_cells_in_a_row_are_stored_as_runs() {
     assert_eq!(w.stored(), 3);
     assert_eq!(w.sum(5, 6), 9);
 }
+
+#[test]
+fn a_run_at_a_time_sum_equals_the_sum_of_its_cells() {
+    // Runs, gaps, an oversized cell and a moved base: every window's sum is the cells' own.
+    let mut b = Burst::default();
+    for c in 10..400 {
+        b.add(c, 10 * MS);
+    }
+    for c in (420..500).step_by(3) {
+        b.add(c, c);
+    }
+    b.add(510, u64::from(u32::MAX) + 9);
+    b.trim(150);
+    let cells = b.dense(600, 600);
+    let naive = |first: u64, last: u64| -> u64 {
+        (first..=last.min(600)).map(|c| cells[c as usize - 1]).sum()
+    };
+    for (first, last) in [
+        (1, 600),
+        (150, 150),
+        (149, 151),
+        (399, 421),
+        (400, 419),
+        (421, 423),
+        (500, 510),
+        (511, 600),
+        (200, 100),
+        (300, 455),
+    ] {
+        assert_eq!(b.sum(first, last), naive(first, last), "{first}..={last}");
+    }
+}
