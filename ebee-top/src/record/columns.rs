@@ -105,6 +105,9 @@ pub struct Table {
 struct Column {
     name: String,
     cells: Vec<Value>,
+    /// Format 6: the rows that have no such field (their cell holds a stand-in: 0, an empty
+    /// list or null). Empty when every row has it.
+    absent: Vec<bool>,
 }
 
 /// What delta records are coded against: the key record's tables, and the rest of its
@@ -397,12 +400,30 @@ struct Out {
     chain: bool,
     /// Format 4: signed integers as magnitude and adaptive sign (`rc::Encoder::signed`).
     sm: bool,
+    /// Format 6: rows of a table may lack fields (each column says which rows do).
+    sparse: bool,
 }
 
 impl Out {
     /// Bytes the range coder spent so far (when measured).
     fn cost(&self) -> f64 {
         self.rc.cost.unwrap_or(0.0) / 8.0
+    }
+
+    /// Format 6: which rows lack column `key`: one bit, then (when some do) a bit per row.
+    fn absent(&mut self, key: &str, absent: &[bool]) {
+        if !self.sparse {
+            return;
+        }
+        let any = absent.contains(&true);
+        self.rc
+            .bit(&mut self.ms.bits(format!("{key}/sparse"), 1)[0], any);
+        if any {
+            let bits = self.ms.bits(format!("{key}/absent"), 1);
+            for &a in absent {
+                self.rc.bit(&mut bits[0], a);
+            }
+        }
     }
 }
 
@@ -413,9 +434,28 @@ struct In<'a> {
     ms: Models,
     chain: bool,
     sm: bool,
+    sparse: bool,
 }
 
 impl In<'_> {
+    /// Format 6: which of `nrows` rows lack column `key` (empty: none), as `Out::absent`
+    /// wrote it.
+    fn absent(&mut self, key: &str, nrows: usize) -> Result<Vec<bool>, CodecError> {
+        if !self.sparse {
+            return Ok(Vec::new());
+        }
+        let any = self.ms.bits(format!("{key}/sparse"), 1);
+        if !self.rc.bit(&mut any[0]) {
+            return Ok(Vec::new());
+        }
+        let bits = self.ms.bits(format!("{key}/absent"), 1);
+        let absent: Vec<bool> = (0..nrows).map(|_| self.rc.bit(&mut bits[0])).collect();
+        if !absent.contains(&true) {
+            return Err(bad("a sparse column with every row present"));
+        }
+        Ok(absent)
+    }
+
     fn int(&mut self, m: &mut IntModel) -> Result<u128, CodecError> {
         self.rc.int(m).ok_or(bad("an integer out of range"))
     }
@@ -497,7 +537,7 @@ fn encode_with(
     };
     let names: Vec<String> = rest
         .iter()
-        .filter(|(_, v)| is_table(v))
+        .filter(|(_, v)| is_table(v, version >= 6))
         .map(|(k, _)| k.clone())
         .take(MAX_TABLES)
         .collect();
@@ -511,6 +551,7 @@ fn encode_with(
         },
         chain,
         sm: version >= 4,
+        sparse: version >= 6,
     };
     let mut tables = Vec::with_capacity(names.len());
     put_varint(&mut o.bytes, names.len() as u128);
@@ -598,7 +639,7 @@ fn carry(prev: Option<&Tables>, mut cur: Tables) -> Tables {
                         .iter()
                         .map(|c| Column {
                             name: c.name.clone(),
-                            cells: Vec::new(),
+                            ..Column::default()
                         })
                         .collect(),
                     ..Table::default()
@@ -638,6 +679,7 @@ fn carry(prev: Option<&Tables>, mut cur: Tables) -> Tables {
             .map(|c| Column {
                 name: c.name.clone(),
                 cells: Vec::with_capacity(n),
+                absent: Vec::new(),
             })
             .collect();
         let mut pids = Vec::with_capacity(n);
@@ -673,14 +715,36 @@ fn carry(prev: Option<&Tables>, mut cur: Tables) -> Tables {
     cur
 }
 
-/// An array of objects with the same fields, one of them an integer `pid`.
-fn is_table(v: &Value) -> bool {
+/// An array of objects with the same fields, one of them an integer `pid` (`sparse`, format
+/// 6: objects with an integer `pid`, each with some of at most `MAX_COLS` fields).
+fn is_table(v: &Value, sparse: bool) -> bool {
     let Value::Array(rows) = v else {
         return false;
     };
     let Some(Value::Object(first)) = rows.first() else {
         return false;
     };
+    if sparse {
+        let mut names: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+        for r in rows {
+            let Value::Object(m) = r else {
+                return false;
+            };
+            if m.get(KEY_FIELD).and_then(Value::as_u64).is_none() {
+                return false;
+            }
+            for k in m.keys() {
+                if k.len() > MAX_NAME {
+                    return false;
+                }
+                names.insert(k);
+            }
+            if names.len() > MAX_COLS + 1 {
+                return false;
+            }
+        }
+        return rows.len() <= MAX_CELLS / names.len().max(1);
+    }
     if first.len() > MAX_COLS || rows.len() > MAX_CELLS / first.len().max(1) {
         return false;
     }
@@ -744,18 +808,51 @@ fn encode_table(
     let mut stored: Vec<usize> = (0..objs.len()).collect();
     stored.sort_by_key(|&i| pid_of(&objs[i]));
     let pids: Vec<u64> = stored.iter().map(|&i| pid_of(&objs[i])).collect();
-    let fields: Vec<String> = objs
-        .first()
-        .map(|m| m.keys().filter(|k| *k != KEY_FIELD).cloned().collect())
-        .unwrap_or_default();
+    let fields: Vec<String> = if o.sparse {
+        // Every field any row has, in name order.
+        let mut names = std::collections::BTreeSet::new();
+        for m in &objs {
+            names.extend(m.keys().filter(|k| *k != KEY_FIELD));
+        }
+        names.into_iter().cloned().collect()
+    } else {
+        objs.first()
+            .map(|m| m.keys().filter(|k| *k != KEY_FIELD).cloned().collect())
+            .unwrap_or_default()
+    };
     let mut cols: Vec<Column> = fields
         .iter()
-        .map(|f| Column {
-            name: f.clone(),
-            cells: stored
-                .iter()
-                .map(|&i| objs[i].remove(f).unwrap_or(Value::Null))
-                .collect(),
+        .map(|f| {
+            let cells: Vec<Option<Value>> = stored.iter().map(|&i| objs[i].remove(f)).collect();
+            if !o.sparse || cells.iter().all(Option::is_some) {
+                return Column {
+                    name: f.clone(),
+                    cells: cells
+                        .into_iter()
+                        .map(|c| c.unwrap_or(Value::Null))
+                        .collect(),
+                    absent: Vec::new(),
+                };
+            }
+            // The kind of the cells that are there; the rest get a stand-in of that kind.
+            let present = Column {
+                name: String::new(),
+                cells: cells.iter().flatten().cloned().collect(),
+                absent: Vec::new(),
+            };
+            let stand_in = match kind_of(&present) {
+                KIND_INT => Value::from(0),
+                KIND_INT_LIST => Value::Array(Vec::new()),
+                _ => Value::Null,
+            };
+            Column {
+                name: f.clone(),
+                absent: cells.iter().map(Option::is_none).collect(),
+                cells: cells
+                    .into_iter()
+                    .map(|c| c.unwrap_or_else(|| stand_in.clone()))
+                    .collect(),
+            }
         })
         .collect();
     // Integer lists first (other columns may be predicted from their sums), then integers.
@@ -860,6 +957,7 @@ fn encode_table(
                 sums.push(None);
             }
         }
+        o.absent(&format!("{name}.{}", c.name), &c.absent);
         stat(|| format!("{name}.{}", c.name), o.cost() - c0);
     }
     let c0 = o.cost();
@@ -1236,6 +1334,7 @@ fn decode_with(
         },
         chain,
         sm: version >= 4,
+        sparse: version >= 6,
     };
     let mut budget = Budget(0);
     let n = d.inp.count(1, MAX_TABLES)?;
@@ -1503,7 +1602,12 @@ fn decode_table(
             ),
             _ => return Err(bad("an unknown column kind")),
         };
-        cols.push(Column { name: cname, cells });
+        let absent = d.absent(&format!("{name}.{cname}"), nrows)?;
+        cols.push(Column {
+            name: cname,
+            cells,
+            absent,
+        });
         sums.push(sum);
     }
     let order = decode_order(d, &name, &cols, nrows)?;
@@ -1647,6 +1751,9 @@ fn rows_of(t: Table) -> Result<(String, Vec<Value>), CodecError> {
         .collect();
     for c in t.cols {
         for (s, v) in c.cells.into_iter().enumerate() {
+            if c.absent.get(s).copied().unwrap_or(false) {
+                continue;
+            }
             if let Some(Some(m)) = stored.get_mut(s) {
                 m.insert(c.name.clone(), v);
             }
@@ -1701,7 +1808,7 @@ mod tests {
 
     /// Formats 3 and 4: a chain of records, each coded against the one before.
     fn chain_round_trip(batches: &[Batch]) {
-        for version in [3, 4] {
+        for version in [3, 4, 5, 6] {
             let mut enc: Option<Tables> = None;
             let mut dec: Option<Tables> = None;
             for (i, b) in batches.iter().enumerate() {
@@ -1753,6 +1860,48 @@ mod tests {
     }
 
     #[test]
+    fn processes_without_a_parent_or_cgroup_stay_a_table() {
+        // A process gone before its parent was read has no ppid; one outside the followed
+        // hierarchy no cgroup. Before format 6 one such row put the whole process table in
+        // the skeleton (about 1.3 KB an interval more on a load of 100 execs a second).
+        let mut batches: Vec<Batch> = (1..=6).map(|s| rounded(&plausible(s, 12))).collect();
+        for (k, b) in batches.iter_mut().enumerate() {
+            for p in &mut b.procs {
+                p.ppid = Some(1);
+                p.cgroup = "/system.slice/a.service".into();
+            }
+            b.procs[k % 3].ppid = None;
+            b.procs[(k + 1) % 3].cgroup = String::new();
+        }
+        assert!(
+            batches
+                .iter()
+                .all(|b| b.procs.iter().any(|p| p.ppid.is_some()))
+        );
+        chain_round_trip(&batches);
+        let mut t = None;
+        let mut sizes = Vec::new();
+        for b in &batches {
+            let mut out = Vec::new();
+            let tables = encode_chained(b, t.take(), 6, &mut out).unwrap();
+            assert!(tables.get("procs").is_some());
+            sizes.push(out.len());
+            t = Some(tables);
+        }
+        let mut t = None;
+        for (b, with) in batches.iter().zip(&sizes) {
+            let mut out = Vec::new();
+            t = Some(encode_chained(b, t.take(), 5, &mut out).unwrap());
+            assert!(t.as_ref().is_some_and(|t| t.get("procs").is_none()));
+            assert!(
+                out.len() > *with,
+                "format 5 {} bytes, format 6 {with}",
+                out.len()
+            );
+        }
+    }
+
+    #[test]
     fn fields_it_does_not_know_round_trip() {
         // A later Batch: cgroup and tid on cpu rows, a new table, a new plain field, floats,
         // rows of one table with a field the others lack (not a table then), negative ints.
@@ -1770,13 +1919,33 @@ mod tests {
         w["cpu"].as_array_mut().unwrap().remove(1);
         w["cpu"][0]["cgroup"] = json!(9);
         w["dups"] = json!([{"pid": 5, "x": 4}, {"pid": 6, "x": 2}, {"pid": 5, "x": 3}]);
-        for version in [2, 3, 4] {
+        // Rows that gain and lose fields (a table from format 6), of every kind.
+        w["mixed"] = json!([
+            {"pid": 1, "y": 5, "s": "a"},
+            {"pid": 2, "x": [1, 2], "y": 2},
+            {"pid": 3},
+            {"pid": 4, "x": [], "s": null}
+        ]);
+        for version in [2, 3, 4, 5, 6] {
             let mut out = Vec::new();
             let t = encode_value(v.clone(), None, version, &mut out).unwrap();
-            assert_eq!(decode_value(&out, None, false, version).unwrap().0, v);
+            let (got, kept) = decode_value(&out, None, true, version).unwrap();
+            assert_eq!(got, v);
+            assert_eq!(
+                kept.as_ref(),
+                Some(&t),
+                "the decoder keeps what the encoder kept"
+            );
+            assert_eq!(t.get("mixed").is_some(), version >= 6);
             let mut out = Vec::new();
-            encode_value(w.clone(), Some(&t), version, &mut out).unwrap();
-            assert_eq!(decode_value(&out, Some(&t), false, version).unwrap().0, w);
+            let t2 = encode_value(w.clone(), Some(&t), version, &mut out).unwrap();
+            let (got, kept) = decode_value(&out, Some(&t), true, version).unwrap();
+            assert_eq!(got, w);
+            assert_eq!(
+                kept.as_ref(),
+                Some(&t2),
+                "the decoder keeps what the encoder kept"
+            );
             // A delta needs its key.
             assert!(decode_value(&out, None, false, version).is_err());
         }

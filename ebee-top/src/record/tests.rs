@@ -10,10 +10,10 @@ use super::writer::{RecordOptions, Writer, rotated_path};
 use super::{Reader, RecordError};
 use crate::batch::build;
 use crate::batch::{Batch, ProcInfo};
-use crate::record::codec::{Encoder, rounded, rounded_v4};
+use crate::record::codec::{BIN_STEP_NS, Encoder, rounded, rounded_as};
 
-/// A plausible interval as format 2 records it (times per process to the µs), so what is
-/// read back must be equal to it.
+/// A plausible interval as the format written now records it (times per process in steps of
+/// 4,096 ns), so what is read back must be equal to it.
 fn plausible(seq: u64, n: u32) -> Batch {
     rounded(&build::plausible(seq, n))
 }
@@ -73,18 +73,37 @@ fn round_trip_is_exact() {
 }
 
 #[test]
-fn the_writer_rounds_per_process_times_to_the_microsecond_and_nothing_else() {
+fn the_writer_rounds_per_process_times_to_steps_and_nothing_else() {
     let raw: Vec<Batch> = (1..=5).map(|s| build::plausible(s, 9)).collect();
     let (_d, path, _) = record(&raw);
     let mut r = Reader::open(&path).unwrap();
     assert_eq!(r.version(), format::VERSION);
     let got = all(&mut r);
+    let step = BIN_STEP_NS;
     for (g, b) in got.iter().zip(&raw) {
         assert_eq!(g, &rounded(b));
-        for (x, y) in g.cpu.iter().zip(&b.cpu) {
-            assert!(x.ns.abs_diff(y.ns) <= 500 && x.bins == y.bins);
+        assert_eq!(g.cpu.len(), b.cpu.len());
+        for x in &g.cpu {
+            let y = b.cpu.iter().find(|y| y.pid == x.pid).unwrap();
+            assert!(x.ns.abs_diff(y.ns) <= step / 2, "{} vs {}", x.ns, y.ns);
+            // Bins in whole steps, busy where the process ran, whose sum is the exact sum
+            // rounded (or a step more for each bin of less than half a step): the rounding
+            // does not add up over the bins of an interval.
+            assert_eq!(x.bins.len(), y.bins.len());
+            assert!(x.bins.iter().all(|v| v % step == 0), "{:?}", x.bins);
+            for (kb, eb) in x.bins.iter().zip(&y.bins) {
+                assert_eq!(*kb == 0, *eb == 0, "{:?} vs {:?}", x.bins, y.bins);
+            }
+            let small = y.bins.iter().filter(|&&v| v > 0 && v < 2 * step).count() as u64;
+            let (kept, exact) = (x.bins.iter().sum::<u64>(), y.bins.iter().sum::<u64>());
+            assert!(
+                kept + step / 2 >= exact && kept <= exact + step / 2 + small * step,
+                "{kept} vs {exact}"
+            );
         }
-        assert_ne!(g.cpu, b.cpu, "plausible batches have ns below the µs");
+        assert_ne!(g.cpu, b.cpu, "plausible batches have ns below the step");
+        // What is not a time per process is kept whole.
+        assert_eq!(g.procs, b.procs);
     }
 }
 
@@ -166,13 +185,21 @@ fn the_committed_format_4_file_reads() {
     committed_file_reads(include_bytes!("testdata/v4-plausible-110.ebr"), 4);
 }
 
+#[test]
+fn the_committed_format_5_file_reads() {
+    // The same intervals written by the format 5 writer (`recsize fixture`, before format 6):
+    // short delta heads, exit times to the µs, tables only of rows with the same fields.
+    // Never regenerate it.
+    committed_file_reads(include_bytes!("testdata/v5-plausible-110.ebr"), 5);
+}
+
 fn committed_file_reads(bytes: &[u8], version: u16) {
     let mut r = reader::from_bytes(bytes).unwrap();
     assert_eq!(r.version(), version);
     assert!(r.damage().is_empty(), "{:?}", r.damage());
-    // Written with the rounding of formats 2 to 4.
+    // Written with the rounding of its format.
     let want: Vec<Batch> = (1..=110)
-        .map(|s| rounded_v4(&build::plausible(s, 12)))
+        .map(|s| rounded_as(version, &build::plausible(s, 12)))
         .collect();
     assert_eq!(all(&mut r), want);
     let keys = r
@@ -180,7 +207,11 @@ fn committed_file_reads(bytes: &[u8], version: u16) {
         .iter()
         .filter(|e| e.head.kind == format::KIND_KEY)
         .count();
-    assert!(keys >= 2, "{keys} key records");
+    // A key every 100 records up to format 4, every 200 from format 5.
+    assert!(
+        keys >= if version >= 5 { 1 } else { 2 },
+        "{keys} key records"
+    );
     // Random access too (a delta read before its key).
     for i in [109, 0, 100, 99, 5] {
         assert_eq!(r.read(i).unwrap(), want[i]);
@@ -357,16 +388,19 @@ fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
 #[test]
 fn chained_formats_read_in_any_order_and_from_a_new_key_after_damage() {
     // Key spacing of 7 through the encoder: damage in the second group costs the rest of that
-    // group only; the third group reads whole, in any order. Formats 5 (written now), 4 and 3.
-    let batches: Vec<Batch> = (1..=20).map(|s| plausible(s, 8)).collect();
+    // group only; the third group reads whole, in any order. Formats 6 (written now), 5, 4
+    // and 3, each with its own rounding.
+    let raw: Vec<Batch> = (1..=20).map(|s| build::plausible(s, 8)).collect();
     let lvl = super::codec::LEVEL;
     for mut enc in [
         Encoder::with_params(lvl, 7).unwrap(),
+        Encoder::v5(lvl, 7).unwrap(),
         Encoder::v4(lvl, 7).unwrap(),
         Encoder::v3(lvl, 7).unwrap(),
     ] {
         let v = enc.version();
-        let (mut bytes, _) = encoded(&mut enc, &batches);
+        let batches: Vec<Batch> = raw.iter().map(|b| rounded_as(v, b)).collect();
+        let (mut bytes, _) = encoded(&mut enc, &raw);
         let mut r = reader::from_bytes(&bytes).unwrap();
         assert_eq!(r.version(), v);
         for i in [19, 3, 0, 13, 14, 7, 6, 8, 2] {

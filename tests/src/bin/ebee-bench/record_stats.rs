@@ -1,6 +1,6 @@
 //! `record-stats`: size and cost of a recording. Reads a file back and reports bytes per
 //! interval (key and delta records), raw payload bytes, decode and encode time per interval,
-//! the same intervals re-encoded in formats 1 (JSON), 2, 3 and 4, losslessly and without the
+//! the same intervals re-encoded in formats 1 (JSON), 2, 3, 4 and 5, losslessly and without the
 //! wait table,
 //! and a sweep of zstd levels and key spacing re-encoding the same intervals.
 
@@ -88,6 +88,10 @@ pub fn record_stats(path: &std::path::Path, quick: bool) -> anyhow::Result<serde
     // before format 5.
     let (v4_bytes, v4_us) =
         encode_with(Encoder::v4(ebee_top::record::codec::LEVEL, 100)?, &batches)?;
+    // And in format 5 (a table only of rows with the same fields, times to the µs), as
+    // written before format 6.
+    let (v5_bytes, v5_us) =
+        encode_with(Encoder::v5(ebee_top::record::codec::LEVEL, 200)?, &batches)?;
     let (lossless_bytes, _) = encode_with(Encoder::new()?.lossless(), &batches)?;
     let no_wait: Vec<_> = batches
         .iter()
@@ -136,6 +140,8 @@ pub fn record_stats(path: &std::path::Path, quick: bool) -> anyhow::Result<serde
         "v3_encode_us": v3_us,
         "v4_bytes_per_interval": v4_bytes,
         "v4_encode_us": v4_us,
+        "v5_bytes_per_interval": v5_bytes,
+        "v5_encode_us": v5_us,
         "lossless_bytes_per_interval": lossless_bytes,
         "no_wait_bytes_per_interval": no_wait_bytes,
         "v1_no_wait_bytes_per_interval": v1_no_wait_bytes,
