@@ -134,7 +134,11 @@ pub struct CpuState {
     /// monotonic time into the task clock where no switch does (`cpu_flip`).
     pub clock_off: u64,
     /// Nonzero: `cpu_flip` moved this CPU, and its next switch reads `clock_off` again.
-    pub off_stale: u64,
+    pub off_stale: u32,
+    /// The process the last switch on this CPU brought in (0: the idle task). Userspace moves
+    /// an idle CPU to the next interval by IPI at once, since no task is running there to
+    /// charge, instead of waking a thread there to make it switch (two context switches).
+    pub running: u32,
     /// Burst-bin geometry of the interval being written.
     pub bins: BinCfg,
 }

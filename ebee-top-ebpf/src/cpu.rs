@@ -50,13 +50,15 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
     // Direct loads through the BTF-typed task pointers: the offsets are .rodata constants the
     // verifier knows, so it checks each access against task_struct itself (no helper call).
     // SAFETY: `prev` and `next` are the switching task_structs; offsets from the kernel's BTF.
-    let (a, b, prev_tgid) = unsafe {
+    let (a, b, prev_tgid, next_tgid) = unsafe {
         (
             core::ptr::read_volatile(prev.add(exec_start) as *const u64),
             core::ptr::read_volatile(next.add(exec_start) as *const u64),
             core::ptr::read_volatile(prev.add(tgid) as *const u32),
+            core::ptr::read_volatile(next.add(tgid) as *const u32),
         )
     };
+    s.running = next_tgid;
     // The scheduler stamped its task clock into the outgoing task (update_curr) and the
     // incoming one (set_next_task) in this very switch; the idle task's stamp is stale, so
     // take the later of the two.

@@ -17,6 +17,7 @@ use ebee_shared::{
 
 use super::btf::Btf;
 use super::cpu::{CpuCharge, Merge};
+use super::percpu::SlotBuf;
 use super::{ProbeConfig, ProbeError, classify, take_map};
 use crate::os::cgroup::{CgroupFs, Kind};
 
@@ -129,7 +130,11 @@ impl CgMaps {
 /// Userspace state of the cgroups and threads parts between drains.
 pub(super) struct CgDrain {
     maps: CgMaps,
-    ncpus: usize,
+    sketch_buf: SlotBuf<CgSketch>,
+    threads_buf: SlotBuf<ThreadSketch>,
+    /// Drains left that may find the thread sketch written: set while the per-thread mode is
+    /// asked for, counted down after (the slot written last is drained within two).
+    threads_dirty: u8,
     on: bool,
     /// The per-thread mode: asked for, and on since the start of the interval being written
     /// (a drain reports threads only for an interval they were on for the whole of).
@@ -141,7 +146,9 @@ impl CgDrain {
     pub(super) fn new(maps: CgMaps, ncpus: usize, on: bool) -> Self {
         Self {
             maps,
-            ncpus,
+            sketch_buf: SlotBuf::new(ncpus),
+            threads_buf: SlotBuf::new(ncpus),
+            threads_dirty: 0,
             on,
             threads_want: false,
             threads_whole: false,
@@ -165,24 +172,12 @@ impl CgDrain {
         let p = parity & 1;
         let mut raw = CgRaw::default();
         if self.on {
-            let sk: Vec<CgSketch> = self
-                .maps
-                .sketch
-                .get(&p, 0)
-                .map_err(classify("reading CG_SKETCH"))?
-                .iter()
-                .copied()
-                .collect();
-            self.maps
-                .sketch
-                .set(
-                    p,
-                    super::zeroed(self.ncpus).map_err(classify("zeroing"))?,
-                    0,
-                )
-                .map_err(classify("clearing CG_SKETCH"))?;
+            let sk = self
+                .sketch_buf
+                .read(&self.maps.sketch, p)
+                .map_err(classify("reading CG_SKETCH"))?;
             let mut by: HashMap<u32, (u64, u64)> = HashMap::new();
-            for s in &sk {
+            for s in sk {
                 raw.evictions += s.evictions;
                 raw.evicted_ns += s.evicted_ns;
                 raw.updates += s.updates;
@@ -194,6 +189,9 @@ impl CgDrain {
                 }
             }
             raw.cgroups = rows(by);
+            self.sketch_buf
+                .clear(&self.maps.sketch, p)
+                .map_err(classify("clearing CG_SKETCH"))?;
             if let Some(sh) = self.maps.shadow.as_mut() {
                 let map = &mut sh[p as usize];
                 let keys: Vec<u32> = map
@@ -217,35 +215,35 @@ impl CgDrain {
         // turned on or off in is cleared unreported.
         let report = self.threads_whole && self.threads_want;
         self.threads_whole = self.threads_want;
-        let ts: Vec<ThreadSketch> = self
-            .maps
-            .threads
-            .get(&p, 0)
-            .map_err(classify("reading THREAD_SKETCH"))?
-            .iter()
-            .copied()
-            .collect();
-        if ts.iter().any(|s| s.updates != 0) {
-            self.maps
-                .threads
-                .set(
-                    p,
-                    super::zeroed(self.ncpus).map_err(classify("zeroing"))?,
-                    0,
-                )
-                .map_err(classify("clearing THREAD_SKETCH"))?;
+        // The thread sketch is read only while the mode may have written it: off, it costs
+        // nothing per interval.
+        if self.threads_want {
+            self.threads_dirty = 3;
         }
-        let unit = 1u64 << bins.unit_shift;
-        if report {
-            let mut m = Merge::default();
-            for s in &ts {
-                raw.thread_evictions += s.evictions;
-                raw.thread_evicted_ns += s.evicted_ns;
-                for slot in s.stages.iter().flatten() {
-                    m.add(slot, unit);
+        if self.threads_dirty > 0 {
+            self.threads_dirty -= 1;
+            let ts = self
+                .threads_buf
+                .read(&self.maps.threads, p)
+                .map_err(classify("reading THREAD_SKETCH"))?;
+            let written = ts.iter().any(|s| s.updates != 0);
+            if report {
+                let unit = 1u64 << bins.unit_shift;
+                let mut m = Merge::default();
+                for s in ts {
+                    raw.thread_evictions += s.evictions;
+                    raw.thread_evicted_ns += s.evicted_ns;
+                    for slot in s.stages.iter().flatten() {
+                        m.add(slot, unit);
+                    }
                 }
+                raw.threads = Some(m.into_rows());
             }
-            raw.threads = Some(m.into_rows());
+            if written {
+                self.threads_buf
+                    .clear(&self.maps.threads, p)
+                    .map_err(classify("clearing THREAD_SKETCH"))?;
+            }
         }
         if let Some(sh) = self.maps.thread_shadow.as_mut() {
             let map = &mut sh[p as usize];

@@ -23,6 +23,7 @@ use ebee_shared::{
 
 use super::flip::Flipper;
 use super::kick::Kickers;
+use super::percpu::SlotBuf;
 use super::{ProbeConfig, ProbeError, take_map};
 
 /// Kick a CPU's thread again after this long without a switch there.
@@ -81,6 +82,8 @@ pub struct RawInterval {
     /// CPUs that did not switch by the deadline and were moved to the next interval by IPI
     /// (their running slice goes wholly to the next interval), or could not be moved at all.
     pub handshake_timeouts: u64,
+    /// CPUs that were idle at the flip, moved to the next interval by IPI (not a failure).
+    pub idle_moved: u64,
     /// Process exec/exit events that arrived during the interval.
     pub lifecycle: Vec<ebee_shared::lifecycle::LifecycleEvent>,
     /// Cumulative events lost to full ring buffers since load.
@@ -220,6 +223,8 @@ impl Stragglers {
 pub(super) struct CpuDrain {
     state: PerCpuArray<MapData, CpuState>,
     sketch: PerCpuArray<MapData, CpuSketch>,
+    /// The closed sketch of every CPU, read into the same buffer each drain.
+    sketch_buf: SlotBuf<CpuSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
     trace: Option<RingBuf<MapData>>,
     pending_trace: Vec<CpuTrace>,
@@ -284,6 +289,7 @@ impl CpuDrain {
         Self {
             state: maps.state,
             sketch: maps.sketch,
+            sketch_buf: SlotBuf::new(ncpus),
             shadow: maps.shadow,
             trace: maps.trace,
             pending_trace: Vec::new(),
@@ -319,20 +325,38 @@ impl CpuDrain {
     }
 
     /// Wait until every CPU writes interval `epoch`; returns how many had to be moved by IPI
-    /// (or could not be moved).
-    fn close_all(&mut self, epoch: u64) -> Result<u64, aya::maps::MapError> {
+    /// (or could not be moved), and how many idle CPUs were moved by IPI.
+    fn close_all(&mut self, epoch: u64) -> Result<(u64, u64), aya::maps::MapError> {
         let start = Instant::now();
         self.stragglers.start_drain();
-        // CPUs we wait for (kicked); the others go straight to the IPI.
-        let (mut left, now_by_ipi): (Vec<usize>, Vec<usize>) = (0..self.ncpus)
-            .partition(|&cpu| self.kickers.has(cpu) && self.stragglers.wait_for(cpu));
-        for &cpu in &left {
-            self.kickers.kick(cpu);
-        }
         let args = CpuFlipArgs {
             epoch,
             bins: self.bins,
         };
+        // An idle CPU (its last switch brought in the idle task) has no task to charge: the
+        // IPI moves it exactly, where waking its thread would cost two context switches there
+        // and polling here. A CPU that is busy is kicked, so its interval ends at a switch.
+        let states = self.state.get(&0, 0)?;
+        let mut idle = 0;
+        let mut rest = Vec::with_capacity(self.ncpus);
+        for cpu in 0..self.ncpus {
+            // `last_ts` 0: no switch seen yet, so no clock to move it by; its kick starts it.
+            let was_idle = states
+                .get(cpu)
+                .is_some_and(|s| s.epoch != epoch && s.running == 0 && s.last_ts != 0);
+            if was_idle && self.flipper.run_on_cpu(cpu as u32, &args).is_ok() {
+                idle += 1;
+            } else {
+                rest.push(cpu);
+            }
+        }
+        // CPUs we wait for (kicked); the others go straight to the IPI.
+        let (mut left, now_by_ipi): (Vec<usize>, Vec<usize>) = rest
+            .into_iter()
+            .partition(|&cpu| self.kickers.has(cpu) && self.stragglers.wait_for(cpu));
+        for &cpu in &left {
+            self.kickers.kick(cpu);
+        }
         let mut moved = 0;
         for cpu in now_by_ipi {
             moved += self.move_by_ipi(cpu, &args);
@@ -366,7 +390,7 @@ impl CpuDrain {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
-        Ok(moved)
+        Ok((moved, idle))
     }
 
     /// Move `cpu` to the interval in `args` by IPI; 1 if that counts as a CPU that did not
@@ -404,26 +428,28 @@ impl CpuDrain {
 
         // 1. Every CPU switches to the new interval: kicked to switch now, moved by IPI if it
         //    has not by the deadline.
-        let failed = self.close_all(new_epoch)?;
+        let (failed, idle_moved) = self.close_all(new_epoch)?;
 
         // 2. The closed interval's sketches, then clear them for reuse two flips from now.
-        let sketches: Vec<CpuSketch> = self.sketch.get(&old_parity, 0)?.iter().copied().collect();
-        self.sketch.set(old_parity, super::zeroed(self.ncpus)?, 0)?;
+        let sketches = self.sketch_buf.read(&self.sketch, old_parity)?;
 
         let mut raw = RawInterval {
             start_ns,
             end_ns,
             bin_width_ns: bins.width_ns,
             handshake_timeouts: failed,
+            idle_moved,
             ..Default::default()
         };
-        for sk in &sketches {
+        for sk in sketches {
             raw.evicted_ns += sk.evicted_ns;
             raw.evictions += sk.evictions;
             raw.updates += sk.updates;
             raw.shadow_full += sk.shadow_full;
         }
-        raw.rows = merge_sketches(&sketches, bins);
+        raw.rows = merge_sketches(sketches, bins);
+        let kept = self.trace.is_some().then(|| sketches.to_vec());
+        self.sketch_buf.clear(&self.sketch, old_parity)?;
 
         // 3. The exact shadow.
         if let Some(shadow) = self.shadow.as_mut() {
@@ -446,7 +472,7 @@ impl CpuDrain {
                 old_epoch,
                 |r| r.epoch,
             ));
-            raw.sketches = Some(sketches);
+            raw.sketches = kept;
         }
         Ok(raw)
     }

@@ -14,6 +14,7 @@ use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot, MemTra
 use ebee_shared::{ctl, map_names};
 
 use super::btf::Btf;
+use super::percpu::SlotBuf;
 use super::{ProbeConfig, ProbeError, take_map};
 
 /// `mm_struct`/`task_struct` offsets and `mm_counters` values for `rss_stat`, from BTF.
@@ -122,10 +123,10 @@ pub fn still_writing(first: u64, now: u64) -> bool {
 pub(super) struct MemDrain {
     cpu: PerCpuArray<MapData, MemCpu>,
     sketch: PerCpuArray<MapData, MemSketch>,
+    sketch_buf: SlotBuf<MemSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
     trace: Option<RingBuf<MapData>>,
     pending_trace: Vec<MemTrace>,
-    ncpus: usize,
     /// Cumulative (events, repeats) at the last drain.
     totals: (u64, u64),
     /// Epoch word of the interval being written.
@@ -171,10 +172,10 @@ impl MemDrain {
         Self {
             cpu: maps.cpu,
             sketch: maps.sketch,
+            sketch_buf: SlotBuf::new(ncpus),
             shadow: maps.shadow,
             trace: maps.trace,
             pending_trace: Vec::new(),
-            ncpus,
             totals: (0, 0),
             epoch,
         }
@@ -214,9 +215,8 @@ impl MemDrain {
         }
 
         let parity = old_parity & 1;
-        let sketches: Vec<MemSketch> = self.sketch.get(&parity, 0)?.iter().copied().collect();
-        self.sketch.set(parity, super::zeroed(self.ncpus)?, 0)?;
-        for sk in &sketches {
+        let sketches = self.sketch_buf.read(&self.sketch, parity)?;
+        for sk in sketches {
             raw.updates += sk.updates;
             raw.evictions += sk.evictions;
             raw.evicted_max_pages = raw.evicted_max_pages.max(sk.evicted_max_pages);
@@ -224,6 +224,8 @@ impl MemDrain {
             raw.shadow_full += sk.shadow_full;
         }
         raw.readings = merge_slots(sketches.iter().flat_map(|s| s.stages.iter().flatten()));
+        let kept = self.trace.is_some().then(|| sketches.to_vec());
+        self.sketch_buf.clear(&self.sketch, parity)?;
 
         if let Some(shadow) = self.shadow.as_mut() {
             let map = &mut shadow[parity as usize];
@@ -254,7 +256,7 @@ impl MemDrain {
                 old_epoch,
                 |r| r.epoch,
             ));
-            raw.sketches = Some(sketches);
+            raw.sketches = kept;
         }
         Ok(raw)
     }

@@ -7,7 +7,7 @@
 //!
 //! `layout` and `load` are the steps of loading; each pipeline (`cpu`, `mem`, `qos`,
 //! `lifecycle`) takes its own maps and drains them; `flip` and `kick` close intervals; `sys`
-//! (the one raw bpf(2) call) and `raw_array` serve them; `maps` reports map memory; `bench`
+//! (the one raw bpf(2) call), `raw_array` and `percpu` serve them; `maps` reports map memory; `bench`
 //! holds the benchmark-only floor programs.
 
 mod bench;
@@ -22,6 +22,7 @@ mod load;
 mod loader;
 mod maps;
 pub mod mem;
+mod percpu;
 pub mod preflight;
 pub mod qos;
 mod raw_array;
@@ -199,7 +200,7 @@ impl Probes {
                 .filter(|e| e.kind == ebee_shared::lifecycle::EVENT_EXIT)
                 .map(|e| e.tgid)
                 .collect();
-            let ipi = raw.handshake_timeouts > 0;
+            let ipi = raw.handshake_timeouts > 0 || raw.idle_moved > 0;
             raw.servers = Some(s.drain(ebee_shared::ctl::parity(epoch) ^ 1, &exited, ipi)?);
         }
         // Pinned processes that ended: reported once more with their last numbers, then

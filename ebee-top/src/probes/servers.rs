@@ -19,6 +19,7 @@ use ebee_shared::servers::{
 };
 
 use super::btf::Btf;
+use super::percpu::SlotBuf;
 use super::{ProbeError, classify, take_map};
 
 /// `struct sock` offsets, from BTF; `valid` 0 when one is missing.
@@ -255,6 +256,8 @@ const CONNS_TTL: Duration = Duration::from_secs(1);
 pub(super) struct ServerDrain {
     maps: ServerMaps,
     ncpus: usize,
+    srv_buf: SlotBuf<SrvSketch>,
+    net_buf: SlotBuf<NetSketch>,
     slots: HistSlots,
     /// Open connections per server as last read, and when.
     conns: HashMap<u32, u64>,
@@ -266,6 +269,8 @@ impl ServerDrain {
         let mut d = Self {
             maps,
             ncpus,
+            srv_buf: SlotBuf::new(ncpus),
+            net_buf: SlotBuf::new(ncpus),
             slots: HistSlots::default(),
             conns: HashMap::new(),
             conns_read: None,
@@ -325,34 +330,15 @@ impl ServerDrain {
             self.quiesce()?;
         }
         let m = &mut self.maps;
-        let srv: Vec<SrvSketch> = m
-            .srv
-            .get(&p, 0)
-            .map_err(classify("reading SRV_SKETCH"))?
-            .iter()
-            .copied()
-            .collect();
-        let net: Vec<NetSketch> = m
-            .net
-            .get(&p, 0)
-            .map_err(classify("reading NET_SKETCH"))?
-            .iter()
-            .copied()
-            .collect();
-        let zero_srv = super::zeroed(self.ncpus).map_err(classify("zeroing SRV_SKETCH"))?;
-        m.srv
-            .set(p, zero_srv, 0)
-            .map_err(classify("clearing SRV_SKETCH"))?;
-        let zero_net = super::zeroed(self.ncpus).map_err(classify("zeroing NET_SKETCH"))?;
-        m.net
-            .set(p, zero_net, 0)
-            .map_err(classify("clearing NET_SKETCH"))?;
+        let srv = self
+            .srv_buf
+            .read(&m.srv, p)
+            .map_err(classify("reading SRV_SKETCH"))?;
         let mut raw = ServersRaw {
-            servers: merge_servers(&srv),
-            net: merge_net(&net),
+            servers: merge_servers(srv),
             ..Default::default()
         };
-        for s in &srv {
+        for s in srv {
             raw.requests += s.requests;
             raw.evictions += s.evictions;
             raw.evicted_requests += s.evicted_requests;
@@ -360,11 +346,22 @@ impl ServerDrain {
             raw.conns_full += s.conns_full;
             raw.counts_full += s.counts_full;
         }
-        for s in &net {
+        self.srv_buf
+            .clear(&m.srv, p)
+            .map_err(classify("clearing SRV_SKETCH"))?;
+        let net = self
+            .net_buf
+            .read(&m.net, p)
+            .map_err(classify("reading NET_SKETCH"))?;
+        raw.net = merge_net(net);
+        for s in net {
             raw.net_evictions += s.evictions;
             raw.net_evicted_bytes += s.evicted_bytes;
             raw.net_updates += s.updates;
         }
+        self.net_buf
+            .clear(&m.net, p)
+            .map_err(classify("clearing NET_SKETCH"))?;
         // Histograms of the slots in use: attributed to their owner unless the slot changed
         // hands while the interval was open. A slot holds latencies only of requests the
         // sketch counted, so an owner with no row has an empty one (unless the sketch evicted

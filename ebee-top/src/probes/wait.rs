@@ -13,6 +13,7 @@ use ebee_shared::map_names;
 use ebee_shared::wait::{IoSketch, WaitOffsets, WaitSketch};
 
 use super::btf::Btf;
+use super::percpu::SlotBuf;
 use super::{ProbeConfig, ProbeError, classify, take_map};
 
 /// `task_struct` offsets for waits and disk I/O, from BTF. Each half is off (`*_valid` 0) when
@@ -162,12 +163,17 @@ impl WaitMaps {
 /// Userspace state of the pipeline between drains.
 pub(super) struct WaitDrain {
     maps: WaitMaps,
-    ncpus: usize,
+    wait_buf: SlotBuf<WaitSketch>,
+    io_buf: SlotBuf<IoSketch>,
 }
 
 impl WaitDrain {
     pub(super) fn new(maps: WaitMaps, ncpus: usize) -> Self {
-        Self { maps, ncpus }
+        Self {
+            maps,
+            wait_buf: SlotBuf::new(ncpus),
+            io_buf: SlotBuf::new(ncpus),
+        }
     }
 
     /// Read and clear the interval of parity `old_parity`. Only after the CPU drain has seen
@@ -175,50 +181,38 @@ impl WaitDrain {
     pub(super) fn drain(&mut self, old_parity: u32) -> Result<WaitRaw, ProbeError> {
         let p = old_parity & 1;
         let m = &mut self.maps;
-        let wait: Vec<WaitSketch> = m
-            .wait
-            .get(&p, 0)
-            .map_err(classify("reading WAIT_SKETCH"))?
-            .iter()
-            .copied()
-            .collect();
-        let io: Vec<IoSketch> =
-            m.io.get(&p, 0)
-                .map_err(classify("reading IO_SKETCH"))?
-                .iter()
-                .copied()
-                .collect();
-        m.wait
-            .set(
-                p,
-                super::zeroed(self.ncpus).map_err(classify("zeroing WAIT_SKETCH"))?,
-                0,
-            )
-            .map_err(classify("clearing WAIT_SKETCH"))?;
-        m.io.set(
-            p,
-            super::zeroed(self.ncpus).map_err(classify("zeroing IO_SKETCH"))?,
-            0,
-        )
-        .map_err(classify("clearing IO_SKETCH"))?;
+        let wait = self
+            .wait_buf
+            .read(&m.wait, p)
+            .map_err(classify("reading WAIT_SKETCH"))?;
         let mut raw = WaitRaw {
-            wait: merge_wait(&wait),
-            io: merge_io(&io),
+            wait: merge_wait(wait),
             ..Default::default()
         };
-        for s in &wait {
+        for s in wait {
             raw.wait_evictions += s.evictions;
             raw.wait_evicted_ns += s.evicted_ns;
             raw.wait_updates += s.updates;
             raw.thread_misses += s.thread_misses;
             raw.shadow_full += s.shadow_full;
         }
-        for s in &io {
+        self.wait_buf
+            .clear(&m.wait, p)
+            .map_err(classify("clearing WAIT_SKETCH"))?;
+        let io = self
+            .io_buf
+            .read(&m.io, p)
+            .map_err(classify("reading IO_SKETCH"))?;
+        raw.io = merge_io(io);
+        for s in io {
             raw.io_evictions += s.evictions;
             raw.io_evicted_bytes += s.evicted_bytes;
             raw.io_updates += s.updates;
             raw.shadow_full += s.shadow_full;
         }
+        self.io_buf
+            .clear(&m.io, p)
+            .map_err(classify("clearing IO_SKETCH"))?;
         if let Some(sh) = m.wait_shadow.as_mut() {
             let map = &mut sh[p as usize];
             let keys: Vec<u32> = map
