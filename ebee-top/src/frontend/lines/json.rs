@@ -323,6 +323,7 @@ struct JsonHostSwap {
 
 #[derive(Serialize)]
 struct JsonHost {
+    span_ms: u64,
     cpus: Vec<JsonHostCpu>,
     mem: Option<JsonHostMem>,
     swap: Option<JsonHostSwap>,
@@ -330,6 +331,7 @@ struct JsonHost {
 
 fn json_host(h: &Host) -> JsonHost {
     JsonHost {
+        span_ms: h.span_ms,
         cpus: h
             .cpus
             .iter()
@@ -524,10 +526,12 @@ mod tests {
                 swap_total: 200,
                 swap_free: 150,
             }),
+            span_ms: 1002,
         };
         let mut out = Vec::new();
         write_json_host(&mut out, &model(), 20, Some(&host)).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["host"]["span_ms"], 1002);
         let c = &v["host"]["cpus"][0];
         assert_eq!(c["cpu"], 1);
         assert_eq!(c["user_pct"], 67.78);

@@ -23,31 +23,55 @@ use crate::time::monotonic_ns;
 /// Syscalls listed per pinned process.
 pub const QOS_TOP_SYSCALLS: usize = 5;
 
-/// The machine over one interval of batch mode: each CPU's time from the difference of two
-/// readings of /proc/stat (one per interval, the first at start), memory and swap from
-/// /proc/meminfo when the interval closed.
+/// The machine as batch mode last read it: each CPU's time from the difference of two
+/// readings of /proc/stat `span_ms` apart (the first at start), memory and swap from
+/// /proc/meminfo at the second.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Host {
     pub cpus: Vec<CpuShare>,
     pub mem: Option<MemInfo>,
+    /// Milliseconds between the two /proc/stat readings.
+    pub span_ms: u64,
 }
 
-/// Reads [`Host`] once per interval.
-struct HostSampler(StatSampler);
+/// Reads [`Host`] as an interval closes, at most once per [`HOST_EVERY`]: /proc/stat's
+/// counters move in 10 ms ticks, so a 50 ms interval's share of a CPU was 20% steps, and
+/// generating /proc/stat (every CPU and interrupt) and /proc/meminfo each interval took a
+/// sixteenth of ebee-top's own CPU at 50 ms.
+struct HostSampler {
+    stat: StatSampler,
+    read_at: std::time::Instant,
+    last: Option<Host>,
+}
+
+/// The least time between two readings of [`Host`] (the screen's meters read once a second).
+const HOST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl HostSampler {
     fn start() -> Self {
-        Self(StatSampler::start())
+        Self {
+            stat: StatSampler::start(),
+            read_at: std::time::Instant::now(),
+            last: None,
+        }
     }
 
-    /// None when /proc/stat could not be read (now or at the previous interval): no numbers
-    /// rather than made-up ones.
+    /// The last reading while it is younger than [`HOST_EVERY`] (and there is one), else a
+    /// new one. None when /proc/stat could not be read (now or at the previous reading): no
+    /// numbers rather than made-up ones.
     fn read(&mut self) -> Option<Host> {
-        let s = self.0.read()?;
-        Some(Host {
+        let now = std::time::Instant::now();
+        let since = now.duration_since(self.read_at);
+        if since < HOST_EVERY && self.last.is_some() {
+            return self.last.clone();
+        }
+        self.read_at = now;
+        self.last = self.stat.read().map(|s| Host {
             cpus: s.cpus,
             mem: crate::os::host::meminfo(),
-        })
+            span_ms: since.as_millis() as u64,
+        });
+        self.last.clone()
     }
 }
 

@@ -384,6 +384,7 @@ mod tests {
                 swap_free: 7 << 28,
                 ..Default::default()
             }),
+            span_ms: 1000,
         };
         let mut out = Vec::new();
         write_text_host(&mut out, &model(), 20, Some(&host)).unwrap();
