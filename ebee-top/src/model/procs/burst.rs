@@ -21,6 +21,16 @@ pub struct Burst {
     /// The cell of offset 0.
     base: u64,
     cells: VecDeque<(u32, u32)>,
+    /// The last [`Burst::window_sum`]: its cells and their sum, kept up to date by `add`.
+    win: Option<Window>,
+}
+
+/// A sum over cells `first..=last`.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    first: u64,
+    last: u64,
+    sum: u64,
 }
 
 /// Offsets fit in 24 bits (46 hours of cells; the history kept is a minute, and the base
@@ -79,6 +89,20 @@ impl Burst {
             return;
         }
         let base = self.base;
+        // The cell the time lands in (see below), for the window sum.
+        let lands = self
+            .cells
+            .back()
+            .map(|&b| {
+                let (o, run, _) = unpack(b);
+                base + u64::from(o) + u64::from(run) - 1
+            })
+            .map_or(cell, |last| last.max(cell));
+        if let Some(w) = self.win.as_mut()
+            && (w.first..=w.last).contains(&lands)
+        {
+            w.sum = w.sum.saturating_add(ns);
+        }
         if let Some(back) = self.cells.back_mut() {
             let (o, run, v) = unpack(*back);
             let last = base + u64::from(o) + u64::from(run) - 1;
@@ -126,6 +150,7 @@ impl Burst {
         fits(self.base).unwrap_or_else(|| {
             // Nothing stored is within 46 hours of it.
             self.cells.clear();
+            self.win = None;
             self.base = cell;
             0
         })
@@ -143,6 +168,9 @@ impl Burst {
     }
 
     pub(super) fn trim(&mut self, first_kept: u64) {
+        if self.win.is_some_and(|w| w.first < first_kept) {
+            self.win = None;
+        }
         let keep = first_kept.saturating_sub(self.base);
         while let Some(front) = self.cells.front_mut() {
             let (o, run, v) = unpack(*front);
@@ -185,6 +213,53 @@ impl Burst {
     /// Sum of the cells from `first` to `last` inclusive: a run at a time, newest first, so a
     /// busy process's second (one or two runs) costs a few steps, not a hundred cells. Runs
     /// are stored in cell order, so the first one that ends before `first` ends the walk.
+    /// The sum over cells `first..=last`, found from the window asked for last time when
+    /// this one starts and ends no earlier (the window of the last second slides by an
+    /// interval at a time): only the cells that left it and those that came in are read,
+    /// found by binary search, not the second's hundred cells of every warm process.
+    pub(super) fn window_sum(&mut self, first: u64, last: u64) -> u64 {
+        let sum = match self.win {
+            Some(w) if first >= w.first && last >= w.last && first <= w.last.saturating_add(1) => {
+                let gone = if first > w.first {
+                    self.range_sum(w.first, first - 1)
+                } else {
+                    0
+                };
+                w.sum.saturating_sub(gone) + self.range_sum(w.last + 1, last)
+            }
+            _ => self.range_sum(first, last),
+        };
+        self.win = Some(Window { first, last, sum });
+        sum
+    }
+
+    /// The sum over cells `first..=last`, from the first run that reaches `first` (runs are in
+    /// cell order, and so are their ends).
+    fn range_sum(&self, first: u64, last: u64) -> u64 {
+        if first > last {
+            return 0;
+        }
+        let base = self.base;
+        let end_of = |p: (u32, u32)| {
+            let (o, run, _) = unpack(p);
+            base + u64::from(o) + u64::from(run) - 1
+        };
+        let from = self.cells.partition_point(|&p| end_of(p) < first);
+        let mut total = 0u64;
+        for &p in self.cells.range(from..) {
+            let (o, run, v) = unpack(p);
+            let start = base + u64::from(o);
+            if start > last {
+                break;
+            }
+            let (lo, hi) = (start.max(first), end_of(p).min(last));
+            if lo <= hi {
+                total = total.saturating_add((hi - lo + 1).saturating_mul(u64::from(v)));
+            }
+        }
+        total
+    }
+
     pub fn sum(&self, first: u64, last: u64) -> u64 {
         let mut total = 0u64;
         for &p in self.cells.iter().rev() {

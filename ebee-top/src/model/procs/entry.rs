@@ -69,8 +69,14 @@ impl ProcEntry {
     /// Update the rates over the last second (cells `first..=now`, `span_ns` long); false when
     /// all of them are 0 again.
     pub(super) fn last_second(&mut self, first: u64, now: u64, span_ns: u64) -> bool {
-        let (cpu, wait) = (self.burst.sum(first, now), self.wait.sum(first, now));
-        let (read, write) = (self.read.sum(first, now), self.write.sum(first, now));
+        let (cpu, wait) = (
+            self.burst.window_sum(first, now),
+            self.wait.window_sum(first, now),
+        );
+        let (read, write) = (
+            self.read.window_sum(first, now),
+            self.write.window_sum(first, now),
+        );
         let span = span_ns as f64;
         self.cpu_pct = cpu as f64 * 100.0 / span;
         self.wait_pct = wait as f64 * 100.0 / span;

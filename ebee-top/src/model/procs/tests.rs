@@ -541,3 +541,44 @@ fn a_run_at_a_time_sum_equals_the_sum_of_its_cells() {
         assert_eq!(b.sum(first, last), naive(first, last), "{first}..={last}");
     }
 }
+
+proptest::proptest! {
+    /// The sliding window sum kept from call to call equals the plain sum over the same cells,
+    /// whatever was added (runs, the newest cell again, earlier cells, huge cells), trimmed,
+    /// and asked for (sliding forward, jumping, going back).
+    #[test]
+    fn window_sums_equal_plain_sums(
+        steps in proptest::collection::vec((0u8..6, 0u64..40, 0u64..3_000_000_000), 1..300)
+    ) {
+        let mut b = Burst::default();
+        let mut now = 1_000u64;
+        let mut first_kept = 0u64;
+        for (op, x, ns) in steps {
+            match op {
+                // Time in a cell at or after the newest (the usual case) ...
+                0 | 1 => {
+                    now += x % 4;
+                    b.add(now, ns % 30_000_000);
+                }
+                // ... a huge one, or one before the newest (merged into it).
+                2 => b.add(now.saturating_sub(x % 3), ns),
+                3 => {
+                    first_kept = first_kept.max(now.saturating_sub(200 + x));
+                    b.trim(first_kept);
+                }
+                // A window sliding with the clock, or any other.
+                4 => {
+                    let first = now.saturating_sub(100);
+                    proptest::prop_assert_eq!(b.window_sum(first, now), b.sum(first, now));
+                }
+                _ => {
+                    let first = now.saturating_sub(x * 5);
+                    let last = first + x;
+                    proptest::prop_assert_eq!(b.window_sum(first, last), b.sum(first, last));
+                }
+            }
+        }
+        let first = now.saturating_sub(100);
+        proptest::prop_assert_eq!(b.window_sum(first, now), b.sum(first, now));
+    }
+}
