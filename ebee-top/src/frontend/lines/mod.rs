@@ -106,7 +106,9 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let mut source = super::metrics::wrap(source, metrics.as_ref());
     let quit = super::signal_flag()?;
     let mut model = Model::new();
-    let mut out = std::io::stdout().lock();
+    // Stdout's own buffer is a 1 KiB line buffer: a JSON line of a busy interval went out in
+    // several writes. One write per interval, at the flush below.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let k = cli.top as usize;
     let mut n = 0u64;
     let mut latency = Latency::new();

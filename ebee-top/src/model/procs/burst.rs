@@ -247,7 +247,7 @@ impl Burst {
         let from = self.cells.partition_point(|&p| end_of(p) < first);
         let mut total = 0u64;
         for &p in self.cells.range(from..) {
-            let (o, run, v) = unpack(p);
+            let (o, _, v) = unpack(p);
             let start = base + u64::from(o);
             if start > last {
                 break;
