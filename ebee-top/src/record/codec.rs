@@ -105,8 +105,8 @@ impl Encoder {
         Self::for_version(4, level, key_every)
     }
 
-    /// An encoder of format 5 (tables only of rows with the same fields, per-process times to
-    /// the µs and burst bins in the kernel's units): to measure against and for tests.
+    /// An encoder of format 5 (tables only of rows with the same fields): to measure against
+    /// and for tests.
     pub fn v5(level: i32, key_every: u32) -> Result<Self, CodecError> {
         Self::for_version(5, level, key_every)
     }
@@ -408,74 +408,12 @@ pub fn rounded_v4(b: &Batch) -> Batch {
     b
 }
 
-/// What format 5 records of a Batch: as [`rounded_v4`], and the times processes exited to
-/// the nearest µs too (no screen shows them; a replay's exports give them to the µs).
-pub fn rounded_v5(b: &Batch) -> Batch {
+/// What formats 5 and 6 record of a Batch: as [`rounded_v4`], and the times processes exited
+/// to the nearest µs too (no screen shows them; a replay's exports give them to the µs).
+pub fn rounded(b: &Batch) -> Batch {
     let mut b = rounded_v4(b);
     for e in &mut b.exits {
         e.ts_ns = to_us(e.ts_ns);
-    }
-    b
-}
-
-/// The step format 6 keeps each process's on-CPU time and its 10 ms burst bins in: 4 of the
-/// kernel's 1,024 ns units, 0.04% of a bin, 0.008% of a 50 ms interval (the screens show 0.1%
-/// at the finest). Half of the record's bits were the microseconds below it.
-pub const BIN_STEP_NS: u64 = 4096;
-/// The step format 6 keeps run-queue waits in.
-pub const WAIT_STEP_NS: u64 = 8192;
-
-/// `ns` to the nearest multiple of `step` (halves up).
-fn to_step(ns: u64, step: u64) -> u64 {
-    ns.saturating_add(step / 2) / step * step
-}
-
-/// What format 6 records of a Batch: exit times to the µs as [`rounded_v5`], a process's
-/// on-CPU time and its 10 ms burst bins in steps of [`BIN_STEP_NS`], and each run-queue wait
-/// to the nearest [`WAIT_STEP_NS`].
-///
-/// The bins are rounded as running sums (each bin is the step between its rounded running
-/// sum and what the bins before it kept), so the rounding does not add up over an interval;
-/// and a bin the process ran in keeps at least one step, so a sparkline of a replay shows the
-/// same bins busy as the live one did. The bins of an interval sum to at least their exact
-/// sum rounded, and to at most that plus a step for each bin that ran less than two steps (a
-/// bin kept at one step runs ahead of the running sum, and only a bin of two steps or more is
-/// sure to pay it back: 0.04% of a bin each, below what a screen shows). Rows ranked by time (`cpu`, `wait`: heaviest first)
-/// that the rounding leaves tied are put in pid order, as the codec's ranking assumes.
-pub fn rounded(b: &Batch) -> Batch {
-    // From the kernel's own values, not from format 5's µs (rounding twice would pass half
-    // a step).
-    let mut b = b.clone();
-    for e in &mut b.exits {
-        e.ts_ns = to_us(e.ts_ns);
-    }
-    for r in b.cpu.iter_mut().chain(b.cpu_exact.iter_mut().flatten()) {
-        r.ns = to_step(r.ns, BIN_STEP_NS);
-        let (mut exact, mut kept) = (0u64, 0u64);
-        for x in &mut r.bins {
-            exact = exact.saturating_add(*x);
-            let mut v = to_step(exact, BIN_STEP_NS).saturating_sub(kept);
-            if *x > 0 && v == 0 {
-                // A bin the process ran in is never kept empty: a sparkline shows when it
-                // ran, however little.
-                v = BIN_STEP_NS;
-            }
-            *x = v;
-            kept = kept.saturating_add(v);
-        }
-    }
-    for r in b.wait.iter_mut().chain(b.wait_exact.iter_mut().flatten()) {
-        r.ns = to_step(r.ns, WAIT_STEP_NS);
-    }
-    for t in [&mut b.cpu].into_iter().chain(b.cpu_exact.as_mut()) {
-        if t.is_sorted_by(|x, y| x.ns >= y.ns) {
-            t.sort_by_key(|r| (std::cmp::Reverse(r.ns), r.pid));
-        }
-    }
-    for t in [&mut b.wait].into_iter().chain(b.wait_exact.as_mut()) {
-        if t.is_sorted_by(|x, y| x.ns >= y.ns) {
-            t.sort_by_key(|r| (std::cmp::Reverse(r.ns), r.pid));
-        }
     }
     b
 }
@@ -485,7 +423,6 @@ pub fn rounded_as(version: u16, b: &Batch) -> Batch {
     match version {
         0 | 1 => b.clone(),
         2..=4 => rounded_v4(b),
-        5 => rounded_v5(b),
         _ => rounded(b),
     }
 }

@@ -10,10 +10,10 @@ use super::writer::{RecordOptions, Writer, rotated_path};
 use super::{Reader, RecordError};
 use crate::batch::build;
 use crate::batch::{Batch, ProcInfo};
-use crate::record::codec::{BIN_STEP_NS, Encoder, rounded, rounded_as};
+use crate::record::codec::{Encoder, rounded, rounded_as};
 
-/// A plausible interval as the format written now records it (times per process in steps of
-/// 4,096 ns), so what is read back must be equal to it.
+/// A plausible interval as the format written now records it (times per process to the µs),
+/// so what is read back must be equal to it.
 fn plausible(seq: u64, n: u32) -> Batch {
     rounded(&build::plausible(seq, n))
 }
@@ -73,37 +73,18 @@ fn round_trip_is_exact() {
 }
 
 #[test]
-fn the_writer_rounds_per_process_times_to_steps_and_nothing_else() {
+fn the_writer_rounds_per_process_times_to_the_microsecond_and_nothing_else() {
     let raw: Vec<Batch> = (1..=5).map(|s| build::plausible(s, 9)).collect();
     let (_d, path, _) = record(&raw);
     let mut r = Reader::open(&path).unwrap();
     assert_eq!(r.version(), format::VERSION);
     let got = all(&mut r);
-    let step = BIN_STEP_NS;
     for (g, b) in got.iter().zip(&raw) {
         assert_eq!(g, &rounded(b));
-        assert_eq!(g.cpu.len(), b.cpu.len());
-        for x in &g.cpu {
-            let y = b.cpu.iter().find(|y| y.pid == x.pid).unwrap();
-            assert!(x.ns.abs_diff(y.ns) <= step / 2, "{} vs {}", x.ns, y.ns);
-            // Bins in whole steps, busy where the process ran, whose sum is the exact sum
-            // rounded (or a step more for each bin of less than half a step): the rounding
-            // does not add up over the bins of an interval.
-            assert_eq!(x.bins.len(), y.bins.len());
-            assert!(x.bins.iter().all(|v| v % step == 0), "{:?}", x.bins);
-            for (kb, eb) in x.bins.iter().zip(&y.bins) {
-                assert_eq!(*kb == 0, *eb == 0, "{:?} vs {:?}", x.bins, y.bins);
-            }
-            let small = y.bins.iter().filter(|&&v| v > 0 && v < 2 * step).count() as u64;
-            let (kept, exact) = (x.bins.iter().sum::<u64>(), y.bins.iter().sum::<u64>());
-            assert!(
-                kept + step / 2 >= exact && kept <= exact + step / 2 + small * step,
-                "{kept} vs {exact}"
-            );
+        for (x, y) in g.cpu.iter().zip(&b.cpu) {
+            assert!(x.ns.abs_diff(y.ns) <= 500 && x.bins == y.bins);
         }
-        assert_ne!(g.cpu, b.cpu, "plausible batches have ns below the step");
-        // What is not a time per process is kept whole.
-        assert_eq!(g.procs, b.procs);
+        assert_ne!(g.cpu, b.cpu, "plausible batches have ns below the µs");
     }
 }
 

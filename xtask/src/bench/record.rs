@@ -75,10 +75,8 @@ pub fn run(seconds: u64) -> Result<()> {
          the key record, before format 3), format 3 (columns coded against the record \
          before, the key as every delta's zstd dictionary, before format 4) and format 4 \
          (48-byte record heads, whole zstd frames, a key record every 100, before format 5) \
-         and format 5 (a table only of rows with the same fields, per-process times to the µs \
-         and burst bins in the kernel's 1,024 ns, before format 6) are measured by \
-         re-encoding the same intervals with the encoders kept for that (intervals as format 6 \
-         recorded them: in its 8,192 ns steps, so the older formats gain from those too).\n"
+         and format 5 (a table only of rows with the same fields, before format 6) are \
+         measured by re-encoding the same intervals with the encoders kept for that.\n"
     )?;
     table_head(
         &mut body,
