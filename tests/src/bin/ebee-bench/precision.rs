@@ -181,11 +181,13 @@ pub fn precision(
         .into_iter()
         .map(|s| (Update::Keep, s)),
     );
-    // Room for every key a CPU is offered in the storm: what is left is not the sketch's doing.
+    // Room for (nearly) every key a CPU is offered in the storm: what is left is not the
+    // sketch's doing, and the smallest of these that scores 100% is what the storm needs.
     shapes.extend(
-        shapes!(CpuTrace => Vec<(u32, u64)>, cpu_ranking; ncpus; Update::Keep; (8, 512))
-            .into_iter()
-            .map(|s| (Update::Keep, s)),
+        shapes!(CpuTrace => Vec<(u32, u64)>, cpu_ranking; ncpus; Update::Keep;
+            (4, 256), (8, 256), (4, 512), (8, 512))
+        .into_iter()
+        .map(|s| (Update::Keep, s)),
     );
     // Where the exact top 31 lose time, and what a hint of the last interval's top keys saves.
     let mut split_keep = SplitReplay::<4, 128>::new(0, &ks);
