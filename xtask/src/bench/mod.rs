@@ -42,7 +42,7 @@ pub enum Which {
         /// The storm mode.
         #[arg(long)]
         storm: bool,
-        /// With `--storm`: light processes (each wakes about every 100 ms and burns 50 us).
+        /// With `--storm`: light processes (each wakes about every 100 ms and burns 20 us).
         #[arg(long, default_value_t = 2000)]
         light: u32,
     },

@@ -178,7 +178,7 @@ pub fn storm(procs: u32, churn: u32, light: u32) -> Result<()> {
         "Workload: `ebee-load mix --procs {procs} --churn-per-s {churn}` ({procs} processes \
          with Zipf-skewed duty cycles, process i about 90%/i of a core, plus {churn} \
          short-lived processes a second burning 5-20 ms each) and `ebee-load light --procs \
-         {light}` ({light} processes each waking about every 100 ms to burn 50 us), on a \
+         {light} --burn-us 20` ({light} processes each waking about every 100 ms to burn 20 us), on a \
          machine of fewer CPUs than the burners want. Precision@k is scored as in the section \
          above, at every k from 1 to 30 (the worst of the 30 in the last column); \"keys per \
          CPU\" counts the distinct processes one CPU's sketch was offered in an interval (mean \
@@ -267,6 +267,46 @@ pub fn storm(procs: u32, churn: u32, light: u32) -> Result<()> {
         for s in v["sweep"].as_array().into_iter().flatten() {
             let label = format!("replay, {}", s["update"].as_str().unwrap_or("hashpipe"));
             row(&mut body, &label, s)?;
+        }
+        writeln!(body)?;
+        writeln!(
+            body,
+            "Where the exact top 31 lose time, {ms} ms: replays of `update_keep` and of \
+             `update_favour` (the keys the replay itself ranked in its top 64 the interval \
+             before may displace a lighter resident), the lost time split by whether it fell on \
+             the CPU where the process ran most (major) or on another (minor); \"absent\" counts \
+             (process, minor CPU) pairs with time offered and none kept.\n"
+        )?;
+        table_head(
+            &mut body,
+            &[
+                "replay",
+                "stages x slots",
+                &bytes,
+                "top 31 lost, major CPU (ms)",
+                "minor CPUs (ms)",
+                "absent",
+                "k=1",
+                "k=5",
+                "k=10",
+                "k=20",
+                "k=30",
+                "worst k=1..30",
+            ],
+        )?;
+        for s in v["split"].as_array().into_iter().flatten() {
+            writeln!(
+                body,
+                "| {} | {} x {} | {} | {:.3} | {:.3} | {} | {} |",
+                s["update"].as_str().unwrap_or("?"),
+                s["stages"],
+                s["slots"],
+                s["sketch_bytes"],
+                super::num(&s["top31_lost_major_ns"]) / 1e6,
+                super::num(&s["top31_lost_minor_ns"]) / 1e6,
+                s["top31_minor_absent"],
+                k_cells(&s["precision"])
+            )?;
         }
         writeln!(body)?;
         trace_lost_warning(&mut body, v)?;
