@@ -15,7 +15,8 @@
 //! waiting for its next request), [`CONN_LIFETIME`] for a connection in all. The file
 //! descriptors and memory taken are bounded by the table: connections being closed are counted
 //! until their task has ended, and at most [`MAX_CLOSING`] of them. Malformed requests get
-//! hyper's 400; unknown paths 404; other methods 405.
+//! hyper's 400; unknown paths 404; other methods 405. The same server, limits, TLS and auth
+//! serve a TCP port or a unix socket ([`Listener`]).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -191,6 +192,41 @@ impl Drop for Registered {
     }
 }
 
+/// The bound socket the server accepts on.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+/// A listening socket of either kind, so one accept loop serves both.
+trait Accept {
+    type Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+    async fn next(&self) -> std::io::Result<Self::Stream>;
+    /// One write that does not wait (for the 503 of a refused connection).
+    fn try_write(s: &Self::Stream, b: &[u8]) -> std::io::Result<usize>;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn next(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+    fn try_write(s: &Self::Stream, b: &[u8]) -> std::io::Result<usize> {
+        s.try_write(b)
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn next(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+    fn try_write(s: &Self::Stream, b: &[u8]) -> std::io::Result<usize> {
+        s.try_write(b)
+    }
+}
+
 /// The running server; stopped and joined on drop.
 pub struct Server {
     stop: Option<oneshot::Sender<()>>,
@@ -211,14 +247,16 @@ impl Drop for Server {
 /// Serve `snapshots` on `listener` (already bound) from a thread of its own, counting what it
 /// closes and refuses in `stats`; with `web`, TLS, basic auth and headers as it says.
 pub fn spawn(
-    listener: std::net::TcpListener,
+    listener: Listener,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     stats: Arc<HttpStats>,
     web: Option<Arc<Web>>,
 ) -> anyhow::Result<Server> {
-    listener
-        .set_nonblocking(true)
-        .context("making the metrics socket non-blocking")?;
+    match &listener {
+        Listener::Tcp(l) => l.set_nonblocking(true),
+        Listener::Unix(l) => l.set_nonblocking(true),
+    }
+    .context("making the metrics socket non-blocking")?;
     // One blocking thread: the bcrypt checks of basic auth run there one at a time, so a
     // flood of passwords takes at most one core from the drain.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -232,9 +270,15 @@ pub fn spawn(
         .name("metrics-http".into())
         .spawn(move || {
             rt.block_on(async move {
-                match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => accept_loop(l, snapshots, stats, web, stop_rx).await,
-                    Err(e) => eprintln!("ebee-top: metrics endpoint: {e}"),
+                match listener {
+                    Listener::Tcp(l) => match tokio::net::TcpListener::from_std(l) {
+                        Ok(l) => accept_loop(l, snapshots, stats, web, stop_rx).await,
+                        Err(e) => eprintln!("ebee-top: metrics endpoint: {e}"),
+                    },
+                    Listener::Unix(l) => match tokio::net::UnixListener::from_std(l) {
+                        Ok(l) => accept_loop(l, snapshots, stats, web, stop_rx).await,
+                        Err(e) => eprintln!("ebee-top: metrics endpoint: {e}"),
+                    },
                 }
             });
         })
@@ -259,8 +303,8 @@ async fn wait_for_closing(table: &Shared) {
     }
 }
 
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
+async fn accept_loop<L: Accept>(
+    listener: L,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     stats: Arc<HttpStats>,
     web: Option<Arc<Web>>,
@@ -272,10 +316,10 @@ async fn accept_loop(
         wait_for_closing(&table).await;
         let accepted = tokio::select! {
             _ = &mut stop => return,
-            a = listener.accept() => a,
+            a = listener.next() => a,
         };
         let stream = match accepted {
-            Ok((s, _)) => s,
+            Ok(s) => s,
             Err(e) => {
                 // Out of descriptors or memory: close a connection that may make room, or
                 // wait a little rather than spin. Anything else (a connection reset before
@@ -311,7 +355,8 @@ async fn accept_loop(
             // Every connection is serving a request: one attempt to say so without
             // waiting, then close.
             stats.refused.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.try_write(
+            let _ = L::try_write(
+                &stream,
                 b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
             );
             continue;
@@ -547,7 +592,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let (_tx, rx) = watch::channel(Arc::new(Snapshot::default()));
         let stats = Arc::new(HttpStats::default());
-        let server = spawn(l, rx, stats.clone(), None).unwrap();
+        let server = spawn(Listener::Tcp(l), rx, stats.clone(), None).unwrap();
         (addr, stats, server)
     }
 
