@@ -196,13 +196,12 @@ fn scrape(cfg: &Arc<ClientConfig>, timeout: Duration) -> Result<(Duration, Vec<u
     Ok((t.elapsed(), body))
 }
 
-/// `ebee_metrics_connections_closed_total{reason="tls_failed"}` in a scrape's body.
-fn tls_failed(body: &[u8]) -> String {
+/// `ebee_metrics_connections_closed_total{reason="REASON"}` in a scrape's body.
+fn closed(body: &[u8], reason: &str) -> String {
+    let prefix = format!("ebee_metrics_connections_closed_total{{reason=\"{reason}\"}} ");
     String::from_utf8_lossy(body)
         .lines()
-        .find_map(|l| {
-            l.strip_prefix("ebee_metrics_connections_closed_total{reason=\"tls_failed\"} ")
-        })
+        .find_map(|l| l.strip_prefix(&prefix))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map_or_else(|| "n/a".into(), |v| format!("{v:.0}"))
 }
@@ -429,7 +428,9 @@ pub fn run(seconds: u64) -> Result<()> {
          passwords a second (aimed at; the table says what was sent) (each one new, so no cached verdict helps; {FLOOD_THREADS} \
          keep-alive TLS connections) and {PLAIN_RATE} plain-HTTP requests a second to the \
          TLS port, all for the whole run. The abuse runs on the same 2 cores as ebee-top. \
-         drain: from the kernel closing an interval to its Batch.\n"
+         drain: from the kernel closing an interval to its Batch. The last three \
+         columns are ebee-top's own counters (`ebee_metrics_connections_closed_total`) at \
+         the last scrape.\n"
     )?;
     table_head(
         &mut body,
@@ -449,6 +450,8 @@ pub fn run(seconds: u64) -> Result<()> {
             "plain HTTP sent",
             "answered with data",
             "TLS failures counted",
+            "evicted",
+            "refused 503",
         ],
     )?;
     let mut misses = Vec::new();
@@ -470,7 +473,12 @@ pub fn run(seconds: u64) -> Result<()> {
         } else {
             "– | – | – | – | –".into()
         };
-        let dropped = tls_failed(&r.last);
+        let dropped = format!(
+            "{} | {} | {}",
+            closed(&r.last, "tls_failed"),
+            closed(&r.last, "evicted"),
+            closed(&r.last, "refused")
+        );
         misses.extend(r.missed.iter().map(|m| format!("{name}: {m}")));
         writeln!(
             body,

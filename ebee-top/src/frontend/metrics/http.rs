@@ -4,8 +4,8 @@
 //!
 //! Idle and slow clients must never crowd out a scrape, so every connection is in a table of
 //! at most [`MAX_CONNECTIONS`] and has a [`Phase`]: *fresh* (no complete request yet), *serving*
-//! (a request came in, its response is being made or sent) or *kept* (keep-alive, between
-//! requests). When the table is full a new connection takes the place of the oldest fresh one,
+//! (a request came in, its response is being made or sent; with TLS also a handshake whose
+//! whole ClientHello came) or *kept* (keep-alive, between requests). When the table is full a new connection takes the place of the oldest fresh one,
 //! else of the longest-kept one, else of one whose response has waited for its client more than
 //! [`SLOW_RESPONSE`]; only when every connection is serving a request that is not yet slow is
 //! the new one answered 503 and closed. A scraper sends its request as soon as it connects, so
@@ -58,12 +58,22 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// Where a connection is in its life, for choosing which one makes room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// Accepted; no complete request head yet.
+    /// Accepted, its task not run yet: it has had no chance to show what it is, so it never
+    /// makes room (it becomes fresh at the accept loop's next yield). Without this, a burst
+    /// of new connections closed a scraper's before its first bytes were read.
+    New,
+    /// No complete request head yet.
     Fresh,
     /// A request head came in; its response is being made or sent.
     Serving,
     /// Keep-alive: its last response is sent, no new request head yet.
     Kept,
+    /// TLS: a whole ClientHello came; the handshake, then the first request head, are under
+    /// way. A real client sends its ClientHello in its first packet; a connection that never
+    /// finishes its hello stays fresh. Protected as a response is: were it fresh, a churn of new connections faster
+    /// than a handshake would close every scraper mid-handshake (`bench metrics --tls`
+    /// lost scrapes so).
+    Handshake,
 }
 
 /// What the server closed or refused, for the metrics (cumulative).
@@ -98,7 +108,7 @@ struct Slot(Mutex<(Phase, Instant)>);
 
 impl Slot {
     fn new(now: Instant) -> Self {
-        Self(Mutex::new((Phase::Fresh, now)))
+        Self(Mutex::new((Phase::New, now)))
     }
 
     fn set(&self, p: Phase) {
@@ -137,6 +147,13 @@ impl Table {
         self.entries.iter().filter(|e| !e.closing).count()
     }
 
+    /// Whether a connection's task has not run yet.
+    fn has_new(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| !e.closing && e.slot.get().0 == Phase::New)
+    }
+
     /// Abort the connection that should make room, if any may; true when one was.
     fn evict(&mut self, now: Instant) -> bool {
         let phases: Vec<Option<(Phase, Instant)>> = self
@@ -156,8 +173,9 @@ impl Table {
     }
 }
 
-/// Which connection makes room for a new one: the oldest fresh one, else the one kept
-/// longest, else the one whose response has waited longest if that is over
+/// Which connection makes room for a new one (never one whose task has not run yet): the
+/// oldest fresh one, else the one kept
+/// longest, else the one whose response (or TLS handshake) has waited longest if that is over
 /// [`SLOW_RESPONSE`]; `None` (closing ones) are never chosen.
 fn victim(conns: &[Option<(Phase, Instant)>], now: Instant) -> Option<usize> {
     conns
@@ -166,10 +184,15 @@ fn victim(conns: &[Option<(Phase, Instant)>], now: Instant) -> Option<usize> {
         .filter_map(|(i, c)| {
             let (phase, since) = (*c)?;
             let rank = match phase {
+                Phase::New => return None,
                 Phase::Fresh => 0,
                 Phase::Kept => 1,
-                Phase::Serving if now.saturating_duration_since(since) >= SLOW_RESPONSE => 2,
-                Phase::Serving => return None,
+                Phase::Serving | Phase::Handshake
+                    if now.saturating_duration_since(since) >= SLOW_RESPONSE =>
+                {
+                    2
+                }
+                Phase::Serving | Phase::Handshake => return None,
             };
             Some(((rank, since), i))
         })
@@ -340,17 +363,28 @@ async fn accept_loop<L: Accept>(
                 continue;
             }
         };
-        let now = Instant::now();
-        let (admitted, evicted) = {
-            let mut t = lock(&table);
-            if t.open() < MAX_CONNECTIONS {
-                (true, false)
-            } else if t.evict(now) {
-                (true, true)
-            } else {
-                (false, false)
+        let mut tries = 0;
+        let (admitted, evicted) = loop {
+            let (verdict, waiting) = {
+                let mut t = lock(&table);
+                let verdict = if t.open() < MAX_CONNECTIONS {
+                    (true, false)
+                } else if t.evict(Instant::now()) {
+                    (true, true)
+                } else {
+                    (false, false)
+                };
+                (verdict, t.has_new())
+            };
+            // Connections whose task has not run yet are never closed: let them run (and
+            // show whether they may be) before refusing this one.
+            if verdict.0 || !waiting || tries == 8 {
+                break verdict;
             }
+            tries += 1;
+            tokio::task::yield_now().await;
         };
+        let now = Instant::now();
         if !admitted {
             // Every connection is serving a request: one attempt to say so without
             // waiting, then close.
@@ -379,13 +413,31 @@ async fn accept_loop<L: Accept>(
         // On this one-thread runtime the task cannot run (nor end) before it is in the table.
         let task = tokio::spawn(async move {
             let _guard = guard;
+            s.set(Phase::Fresh);
             match active.tls.clone() {
                 None => serve_connection(TokioIo::new(stream), snaps, s, active, st).await,
                 Some(tls) => {
-                    // Still fresh (evictable) during the handshake; plain HTTP, another CA's
-                    // certificate or a handshake left unfinished end here, with no data.
-                    match tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await {
-                        Ok(Ok(t)) => serve_connection(TokioIo::new(t), snaps, s, active, st).await,
+                    // Fresh (the first to make room) until its whole ClientHello has come,
+                    // then protected while the handshake goes on (Phase::Handshake); plain
+                    // HTTP, another CA's certificate or a handshake left unfinished end here,
+                    // with a TLS alert and no data.
+                    let hs_slot = s.clone();
+                    let handshake = async move {
+                        let lazy = tokio_rustls::LazyConfigAcceptor::new(
+                            rustls::server::Acceptor::default(),
+                            stream,
+                        );
+                        let start = lazy.await?;
+                        hs_slot.set(Phase::Handshake);
+                        start.into_stream(tls.config().clone()).await
+                    };
+                    match tokio::time::timeout(HEAD_TIMEOUT, handshake).await {
+                        Ok(Ok(t)) => {
+                            // Still protected until its request head comes (Serving): its
+                            // request may follow the handshake by a moment, and a churn of
+                            // new connections would close it in that moment were it fresh.
+                            serve_connection(TokioIo::new(t), snaps, s, active, st).await;
+                        }
                         _ => {
                             st.tls_failed.fetch_add(1, Ordering::Relaxed);
                         }
@@ -582,8 +634,17 @@ mod tests {
             victim(&[serving(9_500), serving(2_000), None], now),
             Some(1)
         );
-        // A response under way for less than SLOW_RESPONSE is never cut off.
+        // A response under way for less than SLOW_RESPONSE is never cut off, nor a TLS
+        // handshake whose ClientHello came; a fresh one goes first.
         assert_eq!(victim(&[serving(9_500), None, serving(9_999)], now), None);
+        let handshake = |ms| Some((Phase::Handshake, at(ms)));
+        assert_eq!(victim(&[handshake(9_990), serving(9_500)], now), None);
+        assert_eq!(victim(&[handshake(1), fresh(9_999)], now), Some(1));
+        assert_eq!(victim(&[handshake(8_000), serving(8_500)], now), Some(0));
+        // A connection whose task has not run yet is never closed, however old.
+        let new = |ms| Some((Phase::New, at(ms)));
+        assert_eq!(victim(&[new(1), fresh(9_000)], now), Some(1));
+        assert_eq!(victim(&[new(1), new(2)], now), None);
         assert_eq!(victim(&[], now), None);
     }
 
