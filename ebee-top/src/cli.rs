@@ -173,9 +173,14 @@ pub struct Cli {
 
     /// Also serve Prometheus metrics at http://ADDR:PORT/metrics while the screen or batch
     /// mode runs (an IP address and port: 127.0.0.1:9477, [::1]:9477; 0.0.0.0 exposes them to
-    /// the network).
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub listen: Option<SocketAddr>,
+    /// the network), or on a unix socket: unix:PATH (mode 0660, see --listen-group).
+    #[arg(long, value_name = "ADDR:PORT|unix:PATH", value_parser = parse_listen)]
+    pub listen: Option<ListenAddr>,
+
+    /// With --listen unix:PATH: the group of the socket file (a name or a gid), whose members
+    /// may connect; default the group ebee-top runs as.
+    #[arg(long, value_name = "GROUP", requires = "listen")]
+    pub listen_group: Option<String>,
 
     /// With --listen: TLS, client certificates, basic auth and headers from a Prometheus
     /// exporter-toolkit web config (node_exporter's --web.config.file format).
@@ -193,6 +198,43 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// Where `--listen` serves: a TCP address and port, or a unix socket's path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Tcp(a) => write!(f, "{a}"),
+            Self::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// Longest unix socket path the kernel takes (`sun_path` is 108 bytes with its NUL).
+pub const MAX_UNIX_PATH: usize = 107;
+
+/// `ADDR:PORT` or `unix:PATH`.
+fn parse_listen(s: &str) -> Result<ListenAddr, String> {
+    if let Some(p) = s.strip_prefix("unix:") {
+        if p.is_empty() || p.ends_with('/') {
+            return Err(format!("'{s}': unix:PATH needs the socket file's path"));
+        }
+        if p.len() > MAX_UNIX_PATH {
+            return Err(format!(
+                "'{s}': a unix socket path is at most {MAX_UNIX_PATH} bytes"
+            ));
+        }
+        return Ok(ListenAddr::Unix(PathBuf::from(p)));
+    }
+    s.parse().map(ListenAddr::Tcp).map_err(|_| {
+        format!("'{s}' is neither an IP address and port (127.0.0.1:9477) nor unix:PATH")
+    })
 }
 
 /// Default of `--metrics-top`.
@@ -223,9 +265,15 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Where to serve the metrics: an IP address and port (127.0.0.1:9477, [::1]:9477;
-    /// 0.0.0.0:9477 exposes them to the network).
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub listen: SocketAddr,
+    /// 0.0.0.0:9477 exposes them to the network), or a unix socket: unix:PATH (mode 0660, see
+    /// --listen-group).
+    #[arg(long, value_name = "ADDR:PORT|unix:PATH", value_parser = parse_listen)]
+    pub listen: ListenAddr,
+
+    /// With --listen unix:PATH: the group of the socket file (a name or a gid), whose members
+    /// may connect; default the group ebee-top runs as.
+    #[arg(long, value_name = "GROUP")]
+    pub listen_group: Option<String>,
 
     /// TLS, client certificates, basic auth and headers from a Prometheus exporter-toolkit
     /// web config (node_exporter's --web.config.file format).
@@ -531,7 +579,10 @@ mod tests {
     #[test]
     fn listen_flags_and_serve() {
         let c = Cli::try_parse_from(["ebee-top", "-b", "--listen", "127.0.0.1:9477"]).unwrap();
-        assert_eq!(c.listen, Some("127.0.0.1:9477".parse().unwrap()));
+        assert_eq!(
+            c.listen,
+            Some(ListenAddr::Tcp("127.0.0.1:9477".parse().unwrap()))
+        );
         assert_eq!(c.metrics_top, DEFAULT_METRICS_TOP);
         let c =
             Cli::try_parse_from(["ebee-top", "--listen", "[::1]:1", "--metrics-top", "5"]).unwrap();
@@ -539,7 +590,7 @@ mod tests {
         let c = Cli::try_parse_from(["ebee-top", "serve", "--listen", "0.0.0.0:9477"]).unwrap();
         match c.command {
             Some(Command::Serve(s)) => {
-                assert_eq!(s.listen.port(), 9477);
+                assert_eq!(s.listen, ListenAddr::Tcp("0.0.0.0:9477".parse().unwrap()));
                 assert_eq!(s.delay, Duration::from_secs(1));
                 assert_eq!(s.metrics_top, DEFAULT_METRICS_TOP);
             }
@@ -559,9 +610,45 @@ mod tests {
             ],
             &["ebee-top", "serve"],
             &["ebee-top", "-b", "serve", "--listen", "127.0.0.1:1"],
+            &["ebee-top", "--listen", "unix:"],
+            &["ebee-top", "--listen", "unix:/run/"],
+            &["ebee-top", "--listen-group", "prometheus"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn listen_on_a_unix_socket() {
+        let c = Cli::try_parse_from([
+            "ebee-top",
+            "-b",
+            "--listen",
+            "unix:/run/ebee-top/metrics.sock",
+            "--listen-group",
+            "prometheus",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.listen,
+            Some(ListenAddr::Unix("/run/ebee-top/metrics.sock".into()))
+        );
+        assert_eq!(c.listen_group.as_deref(), Some("prometheus"));
+        assert_eq!(
+            c.listen.unwrap().to_string(),
+            "unix:/run/ebee-top/metrics.sock"
+        );
+        let c = Cli::try_parse_from(["ebee-top", "serve", "--listen", "unix:m.sock"]).unwrap();
+        match c.command {
+            Some(Command::Serve(s)) => {
+                assert_eq!(s.listen, ListenAddr::Unix("m.sock".into()));
+                assert_eq!(s.listen_group, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        let long = format!("unix:/{}", "a".repeat(MAX_UNIX_PATH));
+        let e = Cli::try_parse_from(["ebee-top", "--listen", &long]).unwrap_err();
+        assert!(e.to_string().contains("at most 107 bytes"), "{e}");
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub const BAD_RECORDING: i32 = 7;
 pub const NEWER_RECORDING: i32 = 8;
 
 /// `--listen` cannot be used: the port is in use, the address is not this machine's, or
-/// binding it is not allowed.
+/// binding it is not allowed; for unix:PATH, something other than a stale socket is at PATH
+/// (a live socket, a file, a directory, a symlink) or the socket cannot be made there.
 pub const CANNOT_LISTEN: i32 = 9;
 /// `--web-config` cannot be used: unreadable, not valid YAML, an unknown key, a certificate,
 /// key or CA that does not load, a key that does not match its certificate, a hash not bcrypt.
@@ -55,6 +56,12 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
                 ProbeError::Pin(PinError::Unsupported) => UNSUPPORTED,
                 ProbeError::Other(_) => FAILURE,
             };
+        }
+        if cause
+            .downcast_ref::<crate::frontend::metrics::ListenGroupError>()
+            .is_some()
+        {
+            return USAGE;
         }
         if cause
             .downcast_ref::<crate::frontend::live::NoSuchUser>()

@@ -39,8 +39,8 @@ fn run(cli: &Cli, cfg: &frontend::config::Loaded) -> anyhow::Result<()> {
         Some(Command::Export(a)) => return frontend::export::run(a),
         Some(Command::Serve(a)) => {
             // The port first: a port in use is one line before anything is loaded.
-            let endpoint =
-                frontend::metrics::Endpoint::bind(a.listen)?.secure(a.web_config.as_deref())?;
+            let endpoint = frontend::metrics::Endpoint::bind(&a.listen, a.listen_group.as_deref())?
+                .secure(a.web_config.as_deref())?;
             ebee_top::probes::preflight::check_live()?;
             return frontend::metrics::serve(a, endpoint);
         }
@@ -50,7 +50,11 @@ fn run(cli: &Cli, cfg: &frontend::config::Loaded) -> anyhow::Result<()> {
         Some(Command::Manpage) => return frontend::assets::manpage(&mut std::io::stdout().lock()),
         None => {}
     }
-    let endpoint = frontend::metrics::bind(cli.listen, cli.web_config.as_deref())?;
+    let endpoint = frontend::metrics::bind(
+        cli.listen.as_ref(),
+        cli.listen_group.as_deref(),
+        cli.web_config.as_deref(),
+    )?;
     ebee_top::probes::preflight::check_live()?;
     if cli.print_maps {
         frontend::maps::run(cli)

@@ -70,19 +70,42 @@ fn the_debian_package_installs_runs_and_removes() {
             "/usr/share/fish/vendor_completions.d/ebee-top.fish",
             "/usr/share/doc/ebee-top/examples/prometheus.yml",
             "/usr/share/doc/ebee-top/examples/grafana-dashboard.json",
+            "/etc/ebee-top/web-config.yml",
         ] {
             assert!(
                 Path::new(f).exists() || Path::new(&format!("/usr{f}")).exists(),
                 "{f} not installed"
             );
         }
+        // The web config: a conffile, root's alone (the unit reads it through
+        // LoadCredential=), and not enabled: the unit's ExecStart does not name it.
+        use std::os::unix::fs::MetadataExt as _;
+        let m = std::fs::metadata("/etc/ebee-top/web-config.yml").unwrap();
+        assert_eq!((m.mode() & 0o777, m.uid()), (0o600, 0), "mode and owner");
+        let (ok, conf) = run("dpkg-query", &["-W", "-f=${Conffiles}", "ebee-top"]);
+        assert!(
+            ok && conf.contains("/etc/ebee-top/web-config.yml"),
+            "{conf}"
+        );
+        let unit = ["/lib/systemd/system", "/usr/lib/systemd/system"]
+            .iter()
+            .find_map(|d| std::fs::read_to_string(format!("{d}/ebee-top.service")).ok())
+            .unwrap();
+        let exec = unit.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+        assert!(!exec.contains("--web-config"), "{exec}");
+        assert!(unit.contains("#LoadCredential=tls.key:/etc/ebee-top/tls.key"));
     });
-    let (ok, out) = run("dpkg", &["-r", "ebee-top"]);
-    assert!(ok, "dpkg -r: {out}");
+    // --purge: the conffile goes too, so the machine is left as it was.
+    let (ok, out) = run("dpkg", &["--purge", "ebee-top"]);
+    assert!(ok, "dpkg --purge: {out}");
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
     assert!(!Path::new("/usr/bin/ebee-top").exists(), "removed");
+    assert!(
+        !Path::new("/etc/ebee-top/web-config.yml").exists(),
+        "purged"
+    );
     let (ok, _) = run("man", &["-w", "ebee-top"]);
     assert!(!ok, "the man page is gone with the package");
 }

@@ -220,3 +220,84 @@ fn the_systemd_unit_verifies_and_runs_with_capabilities_not_root() {
         "systemd-analyze verify: {err}"
     );
 }
+
+/// The unit's commented-out blocks (TLS through LoadCredential=, the unix socket): each, with
+/// its lines uncommented as a drop-in would add them, still passes `systemd-analyze verify`,
+/// and the TLS one names the web config and key through the credentials directory.
+#[test]
+fn the_units_commented_tls_and_unix_socket_blocks_verify() {
+    let unit = std::fs::read_to_string(deploy("ebee-top.service")).unwrap();
+    // Runs of consecutive `#Key=value` lines.
+    let mut blocks: Vec<Vec<&str>> = Vec::new();
+    let mut prev_was_setting = false;
+    for l in unit.lines() {
+        let setting = l.strip_prefix('#').filter(|r| {
+            r.split_once('=')
+                .is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric()))
+        });
+        match (setting, prev_was_setting) {
+            (Some(s), true) => blocks.last_mut().unwrap().push(s),
+            (Some(s), false) => blocks.push(vec![s]),
+            (None, _) => {}
+        }
+        prev_was_setting = setting.is_some();
+    }
+    assert_eq!(
+        blocks.len(),
+        2,
+        "the TLS block and the unix socket block: {blocks:?}"
+    );
+    let tls = blocks[0].join("\n");
+    assert!(
+        tls.contains("LoadCredential=tls.key:/etc/ebee-top/tls.key"),
+        "{tls}"
+    );
+    assert!(tls.contains("--web-config %d/web-config.yml"), "{tls}");
+    let web = std::fs::read_to_string(deploy("web-config.yml")).unwrap();
+    for (key, cred) in [
+        ("cert_file", "tls.crt"),
+        ("key_file", "tls.key"),
+        ("client_ca_file", "client-ca.crt"),
+    ] {
+        // Relative to the web config's folder: the credentials directory.
+        assert!(web.contains(&format!("{key}: {cred}\n")), "{key}");
+        assert!(
+            tls.contains(&format!("LoadCredential={cred}:/etc/ebee-top/{cred}")),
+            "{cred}"
+        );
+    }
+    let unix = blocks[1].join("\n");
+    assert!(
+        unix.contains("--listen unix:/run/ebee-top/metrics.sock --listen-group"),
+        "{unix}"
+    );
+    assert!(unix.contains("RuntimeDirectory=ebee-top"), "{unix}");
+    let Ok(v) = Command::new("systemd-analyze").arg("--version").output() else {
+        eprintln!("SKIPPED systemd-analyze verify: no systemd-analyze on this machine");
+        return;
+    };
+    assert!(v.status.success());
+    for block in &blocks {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("ebee-top.service");
+        // The settings go at the end of [Service], where a drop-in's would apply.
+        let text = unit.replace(
+            "\n[Install]",
+            &format!("\n{}\n\n[Install]", block.join("\n")),
+        );
+        std::fs::write(
+            &copy,
+            text.replace("/usr/bin/ebee-top", bin("ebee-top").to_str().unwrap()),
+        )
+        .unwrap();
+        let o = Command::new("systemd-analyze")
+            .args(["verify", "--man=no", copy.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success() && err.trim().is_empty(),
+            "systemd-analyze verify with {block:?}: {err}"
+        );
+    }
+}

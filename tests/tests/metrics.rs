@@ -3,7 +3,9 @@
 //! child's CPU against /proc/PID/schedstat, garbage and abusive requests, silent connections
 //! by the hundred, `--listen` on a port in use, and a real Prometheus scraping over TLS with a
 //! client certificate and basic auth from `--web-config` (certificates made with openssl, the
-//! hash with htpasswd).
+//! hash with htpasswd), and `--listen unix:PATH`: curl over the socket (as root, as a member of
+//! its group and as a stranger), its mode and group, a stale socket replaced, a live one, a
+//! file, a folder or a symlink refused, the file removed on exit, TLS and auth over it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
 
@@ -830,12 +832,21 @@ fn prometheus_scrapes_over_tls_with_a_client_certificate_and_basic_auth() {
     .unwrap();
     let path = |f: &str| d.join(f).display().to_string();
     let config = example
-        .replace("/etc/ebee-top/tls.crt", &path("server.pem"))
-        .replace("/etc/ebee-top/tls.key", &path("server.key"))
-        .replace("/etc/ebee-top/client-ca.crt", &path("cli-ca.pem"))
+        .replace(
+            "cert_file: tls.crt",
+            &format!("cert_file: {}", path("server.pem")),
+        )
+        .replace(
+            "key_file: tls.key",
+            &format!("key_file: {}", path("server.key")),
+        )
+        .replace(
+            "client_ca_file: client-ca.crt",
+            &format!("client_ca_file: {}", path("cli-ca.pem")),
+        )
         .replace("REPLACE-WITH-THE-HASH-FROM-htpasswd", &format!("'{hash}'"))
         .replace("  headers:\n", "  headers:\n    X-Frame-Options: deny\n");
-    assert!(!config.contains("/etc/ebee-top/tls"), "{config}");
+    assert!(!config.contains(": tls."), "{config}");
     let web = d.join("web.yml");
     std::fs::write(&web, config).unwrap();
     let mut child = Command::new(bin("ebee-top"))
@@ -1186,4 +1197,356 @@ fn a_flood_of_wrong_passwords_does_not_stall_scrapes() {
         "{unauthorized} counted of {sent}"
     );
     assert_eq!(serve.stop(), Some(0));
+}
+
+/// `ebee-top ARGS` with its first stderr line (the "serving" line for `serve`), its stderr
+/// drained afterwards so it never blocks.
+fn start_with_line(args: &[&str]) -> (Proc, String) {
+    let mut child = Command::new(bin("ebee-top"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut err, &mut first).unwrap();
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        while std::io::BufRead::read_line(&mut err, &mut rest).is_ok_and(|n| n > 0) {
+            eprint!("ebee-top: {rest}");
+            rest.clear();
+        }
+    });
+    (Proc(child), first)
+}
+
+/// curl over the unix socket `sock`, as `who` (setpriv arguments, empty for root), with extra
+/// curl arguments: (curl's exit code, HTTP status, body).
+fn curl_unix(
+    sock: &std::path::Path,
+    url: &str,
+    who: &[&str],
+    extra: &[&str],
+) -> (i32, u16, String) {
+    let mut c = if who.is_empty() {
+        Command::new("curl")
+    } else {
+        let mut c = Command::new("setpriv");
+        c.args(who).arg("--").arg("curl");
+        c
+    };
+    let o = c
+        .args([
+            "-s",
+            "--max-time",
+            "10",
+            "-w",
+            "\n%{http_code}",
+            "--unix-socket",
+        ])
+        .arg(sock)
+        .args(extra)
+        .arg(url)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
+    (
+        o.status.code().unwrap_or(-1),
+        code.trim().parse().unwrap_or(0),
+        body.to_owned(),
+    )
+}
+
+/// The gid of a group in /etc/group.
+fn gid(group: &str) -> u32 {
+    std::fs::read_to_string("/etc/group")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(':');
+            (f.next()? == group).then(|| f.nth(1)?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no group {group} in /etc/group"))
+}
+
+#[test]
+fn serve_and_batch_mode_serve_metrics_over_a_unix_socket() {
+    if !privileged("serve_and_batch_mode_serve_metrics_over_a_unix_socket") {
+        return;
+    }
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    // Others may pass through the folder (to reach the socket); the socket's mode decides.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = dir.path().join("metrics.sock");
+    let listen = format!("unix:{}", sock.display());
+    // A socket left by a run that was killed: nobody listens, so it is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let (serve, line) = start_with_line(&[
+        "serve",
+        "--listen",
+        &listen,
+        "--listen-group",
+        "daemon",
+        "-d",
+        "0.2",
+    ]);
+    assert!(
+        line.contains(&format!("http://localhost/metrics over {listen}")),
+        "{line}"
+    );
+    let m = std::fs::symlink_metadata(&sock).unwrap();
+    assert!(m.file_type().is_socket());
+    assert_eq!(m.mode() & 0o7777, 0o660, "mode");
+    assert_eq!((m.uid(), m.gid()), (0, gid("daemon")), "owner and group");
+    let url = "http://localhost/metrics";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let body = loop {
+        let (rc, status, body) = curl_unix(&sock, url, &[], &[]);
+        if rc == 0 && status == 200 && body.contains("ebee_intervals_total") {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "curl: {rc} {status} {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        body.lines().any(|l| l.starts_with("# TYPE ebee_")),
+        "the exposition format: {body}"
+    );
+    // The mode and group are what let a collector in: `nobody` may connect only as a member
+    // of the socket's group.
+    let member = ["--reuid=nobody", "--regid=nogroup", "--groups=daemon"];
+    let (rc, status, _) = curl_unix(&sock, url, &member, &[]);
+    assert_eq!((rc, status), (0, 200), "a member of the group");
+    let stranger = ["--reuid=nobody", "--regid=nogroup", "--clear-groups"];
+    let (rc, status, _) = curl_unix(&sock, url, &stranger, &[]);
+    assert_eq!(
+        (rc, status),
+        (7, 0),
+        "not in the group: connecting is refused (curl exit 7)"
+    );
+    // A second run on the same, live, socket is refused and leaves it alone.
+    let o = Command::new(bin("ebee-top"))
+        .args(["serve", "--listen", &listen])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(9), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("already in use"), "{err}");
+    assert_eq!(curl_unix(&sock, url, &[], &[]).1, 200, "still served");
+    assert_eq!(terminate(serve), Some(0));
+    assert!(
+        std::fs::symlink_metadata(&sock).is_err(),
+        "the socket file is removed on exit"
+    );
+    // Batch mode beside it: the same socket (mode 0660, the group we run as), removed after.
+    let mut c = Command::new(bin("ebee-top"))
+        .args([
+            "-b", "--format", "json", "-d", "0.1", "-n", "40", "--listen", &listen,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut l = String::new();
+    std::io::BufRead::read_line(&mut out, &mut l).unwrap();
+    serde_json::from_str::<serde_json::Value>(&l).expect("stdout stays JSON Lines");
+    let m = std::fs::symlink_metadata(&sock).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.gid()), (0o660, 0));
+    let (rc, status, body) = curl_unix(&sock, url, &[], &[]);
+    assert_eq!((rc, status), (0, 200), "{body}");
+    assert!(body.contains("ebee_intervals_total"));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        std::fs::symlink_metadata(&sock).is_err(),
+        "removed after -b -n"
+    );
+}
+
+#[test]
+fn a_unix_socket_path_holding_anything_else_is_refused_before_anything_loads() {
+    use std::os::unix::fs::FileTypeExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let file = d.join("file");
+    std::fs::write(&file, "precious").unwrap();
+    let folder = d.join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    let stale = d.join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let link = d.join("link.sock");
+    std::os::unix::fs::symlink(&stale, &link).unwrap();
+    let fresh = d.join("fresh.sock");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ebee = |args: &[&str]| {
+        let mut cmd = if root {
+            // Without any capability: were anything loaded first, this would be exit code 3.
+            let mut c = Command::new("setpriv");
+            c.args(["--bounding-set=-all", "--inh-caps=-all", "--"])
+                .arg(bin("ebee-top"));
+            c
+        } else {
+            Command::new(bin("ebee-top"))
+        };
+        let o = cmd.args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(o.stdout.is_empty());
+        (o.status.code(), err)
+    };
+    let unix = |p: &std::path::Path| format!("unix:{}", p.display());
+    for (path, want) in [
+        (&file, "a regular file is there"),
+        (&folder, "a directory is there"),
+        (&link, "a symbolic link is there"),
+    ] {
+        for mode in [&["serve"][..], &["-b", "-n", "1"]] {
+            let (code, err) = ebee(&[mode, &["--listen", &unix(path)]].concat());
+            assert_eq!(code, Some(9), "{path:?}: {err}");
+            assert!(err.contains(want), "{err}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        std::fs::symlink_metadata(&stale)
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+    // An unknown group, or a group for a TCP port: usage errors, and nothing is made.
+    let (code, err) = ebee(&[
+        "serve",
+        "--listen",
+        &unix(&fresh),
+        "--listen-group",
+        "no-such-group-here",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no group \"no-such-group-here\""), "{err}");
+    let (code, err) = ebee(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--listen-group",
+        "daemon",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("only with --listen unix:PATH"), "{err}");
+    let mut left: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["file", "folder", "link.sock", "stale.sock"],
+        "nothing made"
+    );
+}
+
+#[test]
+fn tls_and_basic_auth_apply_over_the_unix_socket() {
+    if !privileged("tls_and_basic_auth_apply_over_the_unix_socket") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    make_ca(d, "srv");
+    make_cert(d, "srv", "server", "serverAuth");
+    let line = run(Command::new("htpasswd").args(["-nbB", "prometheus", "s3cret"]));
+    let hash = line.trim().strip_prefix("prometheus:").unwrap().to_owned();
+    let web = d.join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n\
+             basic_auth_users:\n  prometheus: '{hash}'\n"
+        ),
+    )
+    .unwrap();
+    let sock = d.join("m.sock");
+    let listen = format!("unix:{}", sock.display());
+    let (serve, line) = start_with_line(&[
+        "serve",
+        "--listen",
+        &listen,
+        "-d",
+        "0.2",
+        "--web-config",
+        web.to_str().unwrap(),
+    ]);
+    assert!(
+        line.contains(&format!("https://localhost/metrics over {listen}")),
+        "{line}"
+    );
+    let ca = d.join("srv-ca.pem");
+    let ca = ca.to_str().unwrap();
+    // The certificate names 127.0.0.1: curl checks it against the URL's host.
+    let url = "https://127.0.0.1/metrics";
+    let (rc, status, body) = curl_unix(
+        &sock,
+        url,
+        &[],
+        &["--cacert", ca, "-u", "prometheus:s3cret"],
+    );
+    assert_eq!((rc, status), (0, 200), "{body}");
+    assert!(body.contains("ebee_intervals_total"));
+    let (rc, status, _) = curl_unix(&sock, url, &[], &["--cacert", ca, "-u", "prometheus:nope"]);
+    assert_eq!((rc, status), (0, 401), "a wrong password");
+    // Plain HTTP to the TLS socket: no HTTP answer, only a TLS alert and the end.
+    let (_, status, body) = curl_unix(&sock, "http://localhost/metrics", &[], &[]);
+    assert_eq!(status, 0, "{body}");
+    // Both counted (the counters reach the snapshot with the next interval).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, _, body) = curl_unix(
+            &sock,
+            url,
+            &[],
+            &["--cacert", ca, "-u", "prometheus:s3cret"],
+        );
+        let value = |prefix: &str| -> f64 {
+            body.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        let tls_failed =
+            value("ebee_metrics_connections_closed_total{reason=\"tls_failed\"} ") >= 1.0;
+        let unauthorized = value("ebee_metrics_unauthorized_requests_total ") == 1.0;
+        if tls_failed && unauthorized {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not counted:\n{body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(terminate(serve), Some(0));
+    assert!(std::fs::symlink_metadata(&sock).is_err(), "removed on exit");
+}
+
+/// SIGTERM to a child, then its exit code.
+fn terminate(mut p: Proc) -> Option<i32> {
+    // SAFETY: signalling our own child, not yet reaped.
+    unsafe { libc::kill(p.pid() as i32, libc::SIGTERM) };
+    p.0.wait().ok().and_then(|s| s.code())
 }

@@ -58,7 +58,9 @@ pub fn manpage(out: &mut impl std::io::Write) -> anyhow::Result<()> {
          2 bad usage; 3 missing privileges to load eBPF (CAP_BPF + CAP_PERFMON, or root); 4 the \
          kernel lacks something needed; 5 a process given with \\-p does not exist; 6 a file \
          cannot be used as asked; 7 not a readable recording; 8 a recording from a newer \
-         ebee\\-top; 9 \\-\\-listen cannot bind its address."
+         ebee\\-top; 9 \\-\\-listen cannot bind its address (a port in use, or a unix socket \
+         path holding something other than a stale socket); 10 the \\-\\-web\\-config file \
+         cannot be used."
     )
     .context("writing the man page")?;
     man.render_version_section(out)

@@ -7,6 +7,7 @@
 pub mod act;
 pub mod cgroup;
 pub mod details;
+pub mod group;
 pub mod host;
 pub mod ports;
 pub mod procinfo;

@@ -5,7 +5,8 @@
 //! 200 half-sent requests, each replaced as soon as the server closes it, and the same
 //! scrapes). The drain's latency (kernel close of an interval to its Batch) and the time to the
 //! line being written are compared; the scraper's own response times and the scrapes not
-//! answered 200 are reported beside them.
+//! answered 200 are reported beside them. With `--tls`, [`super::metrics_tls`] runs the
+//! endpoint locked with TLS and basic auth, abused, instead.
 
 use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
@@ -20,7 +21,7 @@ use serde_json::Value;
 
 use super::{Workload, as_root, header, load_avg, median, publish, table_head};
 
-const ADDR: &str = "127.0.0.1:19477";
+pub const ADDR: &str = "127.0.0.1:19477";
 const REDIS_PORT: &str = "17601";
 
 /// Which load the endpoint is under.
@@ -33,7 +34,7 @@ enum Mode {
 
 /// Keep `n` connections open that sent `first`, replacing each the server closes, until
 /// `stop`; returns how many it replaced.
-fn besiege(
+pub fn besiege(
     n: usize,
     first: &'static [u8],
     stop: Arc<AtomicBool>,
@@ -149,25 +150,25 @@ fn run_once(
     Ok((serde_json::from_str(&text)?, times, failed))
 }
 
-fn ms(v: &Value) -> String {
+pub fn ms(v: &Value) -> String {
     v.as_f64()
         .map_or_else(|| "n/a".into(), |us| format!("{:.2}", us / 1000.0))
 }
 
-pub fn run(seconds: u64) -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("ebee-bench-metrics-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let _redis = Workload(
+/// redis-server on its own port (files in `dir`) and redis-benchmark's GETs against it, so the
+/// servers pipeline has work; both stopped on drop.
+pub fn start_redis(dir: &std::path::Path) -> Result<(Workload, Workload)> {
+    let redis = Workload(
         Command::new("redis-server")
             .args(["--port", REDIS_PORT, "--save", "", "--appendonly", "no"])
             .arg("--dir")
-            .arg(&dir)
+            .arg(dir)
             .stdout(Stdio::null())
             .spawn()
             .context("starting redis-server (apt-get install redis-server)")?,
     );
     std::thread::sleep(Duration::from_millis(500));
-    let _bench = Workload(
+    let bench = Workload(
         Command::new("redis-benchmark")
             .args(["-p", REDIS_PORT, "-n", "1000000000", "-c", "8", "-q"])
             .args(["-t", "get"])
@@ -175,6 +176,13 @@ pub fn run(seconds: u64) -> Result<()> {
             .spawn()
             .context("starting redis-benchmark")?,
     );
+    Ok((redis, bench))
+}
+
+pub fn run(seconds: u64) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("ebee-bench-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let (_redis, _bench) = start_redis(&dir)?;
     let mut body = String::new();
     let cmd = format!("cargo xtask bench metrics --seconds {seconds}");
     let note = format!("  \nLoad average when it started: {}", load_avg());

@@ -4,8 +4,8 @@
 //!
 //! Idle and slow clients must never crowd out a scrape, so every connection is in a table of
 //! at most [`MAX_CONNECTIONS`] and has a [`Phase`]: *fresh* (no complete request yet), *serving*
-//! (a request came in, its response is being made or sent) or *kept* (keep-alive, between
-//! requests). When the table is full a new connection takes the place of the oldest fresh one,
+//! (a request came in, its response is being made or sent; with TLS also a handshake whose
+//! whole ClientHello came) or *kept* (keep-alive, between requests). When the table is full a new connection takes the place of the oldest fresh one,
 //! else of the longest-kept one, else of one whose response has waited for its client more than
 //! [`SLOW_RESPONSE`]; only when every connection is serving a request that is not yet slow is
 //! the new one answered 503 and closed. A scraper sends its request as soon as it connects, so
@@ -15,7 +15,8 @@
 //! waiting for its next request), [`CONN_LIFETIME`] for a connection in all. The file
 //! descriptors and memory taken are bounded by the table: connections being closed are counted
 //! until their task has ended, and at most [`MAX_CLOSING`] of them. Malformed requests get
-//! hyper's 400; unknown paths 404; other methods 405.
+//! hyper's 400; unknown paths 404; other methods 405. The same server, limits, TLS and auth
+//! serve a TCP port or a unix socket ([`Listener`]).
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -57,12 +58,22 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// Where a connection is in its life, for choosing which one makes room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// Accepted; no complete request head yet.
+    /// Accepted, its task not run yet: it has had no chance to show what it is, so it never
+    /// makes room (it becomes fresh at the accept loop's next yield). Without this, a burst
+    /// of new connections closed a scraper's before its first bytes were read.
+    New,
+    /// No complete request head yet.
     Fresh,
     /// A request head came in; its response is being made or sent.
     Serving,
     /// Keep-alive: its last response is sent, no new request head yet.
     Kept,
+    /// TLS: a whole ClientHello came; the handshake, then the first request head, are under
+    /// way. A real client sends its ClientHello in its first packet; a connection that never
+    /// finishes its hello stays fresh. Protected as a response is: were it fresh, a churn of new connections faster
+    /// than a handshake would close every scraper mid-handshake (`bench metrics --tls`
+    /// lost scrapes so).
+    Handshake,
 }
 
 /// What the server closed or refused, for the metrics (cumulative).
@@ -97,7 +108,7 @@ struct Slot(Mutex<(Phase, Instant)>);
 
 impl Slot {
     fn new(now: Instant) -> Self {
-        Self(Mutex::new((Phase::Fresh, now)))
+        Self(Mutex::new((Phase::New, now)))
     }
 
     fn set(&self, p: Phase) {
@@ -136,6 +147,13 @@ impl Table {
         self.entries.iter().filter(|e| !e.closing).count()
     }
 
+    /// Whether a connection's task has not run yet.
+    fn has_new(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| !e.closing && e.slot.get().0 == Phase::New)
+    }
+
     /// Abort the connection that should make room, if any may; true when one was.
     fn evict(&mut self, now: Instant) -> bool {
         let phases: Vec<Option<(Phase, Instant)>> = self
@@ -155,8 +173,9 @@ impl Table {
     }
 }
 
-/// Which connection makes room for a new one: the oldest fresh one, else the one kept
-/// longest, else the one whose response has waited longest if that is over
+/// Which connection makes room for a new one (never one whose task has not run yet): the
+/// oldest fresh one, else the one kept
+/// longest, else the one whose response (or TLS handshake) has waited longest if that is over
 /// [`SLOW_RESPONSE`]; `None` (closing ones) are never chosen.
 fn victim(conns: &[Option<(Phase, Instant)>], now: Instant) -> Option<usize> {
     conns
@@ -165,10 +184,15 @@ fn victim(conns: &[Option<(Phase, Instant)>], now: Instant) -> Option<usize> {
         .filter_map(|(i, c)| {
             let (phase, since) = (*c)?;
             let rank = match phase {
+                Phase::New => return None,
                 Phase::Fresh => 0,
                 Phase::Kept => 1,
-                Phase::Serving if now.saturating_duration_since(since) >= SLOW_RESPONSE => 2,
-                Phase::Serving => return None,
+                Phase::Serving | Phase::Handshake
+                    if now.saturating_duration_since(since) >= SLOW_RESPONSE =>
+                {
+                    2
+                }
+                Phase::Serving | Phase::Handshake => return None,
             };
             Some(((rank, since), i))
         })
@@ -188,6 +212,41 @@ impl Drop for Registered {
         if let Some(i) = t.entries.iter().position(|e| e.id == self.id) {
             t.entries.swap_remove(i);
         }
+    }
+}
+
+/// The bound socket the server accepts on.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+/// A listening socket of either kind, so one accept loop serves both.
+trait Accept {
+    type Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+    async fn next(&self) -> std::io::Result<Self::Stream>;
+    /// One write that does not wait (for the 503 of a refused connection).
+    fn try_write(s: &Self::Stream, b: &[u8]) -> std::io::Result<usize>;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn next(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+    fn try_write(s: &Self::Stream, b: &[u8]) -> std::io::Result<usize> {
+        s.try_write(b)
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn next(&self) -> std::io::Result<Self::Stream> {
+        self.accept().await.map(|(s, _)| s)
+    }
+    fn try_write(s: &Self::Stream, b: &[u8]) -> std::io::Result<usize> {
+        s.try_write(b)
     }
 }
 
@@ -211,14 +270,16 @@ impl Drop for Server {
 /// Serve `snapshots` on `listener` (already bound) from a thread of its own, counting what it
 /// closes and refuses in `stats`; with `web`, TLS, basic auth and headers as it says.
 pub fn spawn(
-    listener: std::net::TcpListener,
+    listener: Listener,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     stats: Arc<HttpStats>,
     web: Option<Arc<Web>>,
 ) -> anyhow::Result<Server> {
-    listener
-        .set_nonblocking(true)
-        .context("making the metrics socket non-blocking")?;
+    match &listener {
+        Listener::Tcp(l) => l.set_nonblocking(true),
+        Listener::Unix(l) => l.set_nonblocking(true),
+    }
+    .context("making the metrics socket non-blocking")?;
     // One blocking thread: the bcrypt checks of basic auth run there one at a time, so a
     // flood of passwords takes at most one core from the drain.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -232,9 +293,15 @@ pub fn spawn(
         .name("metrics-http".into())
         .spawn(move || {
             rt.block_on(async move {
-                match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => accept_loop(l, snapshots, stats, web, stop_rx).await,
-                    Err(e) => eprintln!("ebee-top: metrics endpoint: {e}"),
+                match listener {
+                    Listener::Tcp(l) => match tokio::net::TcpListener::from_std(l) {
+                        Ok(l) => accept_loop(l, snapshots, stats, web, stop_rx).await,
+                        Err(e) => eprintln!("ebee-top: metrics endpoint: {e}"),
+                    },
+                    Listener::Unix(l) => match tokio::net::UnixListener::from_std(l) {
+                        Ok(l) => accept_loop(l, snapshots, stats, web, stop_rx).await,
+                        Err(e) => eprintln!("ebee-top: metrics endpoint: {e}"),
+                    },
                 }
             });
         })
@@ -259,8 +326,8 @@ async fn wait_for_closing(table: &Shared) {
     }
 }
 
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
+async fn accept_loop<L: Accept>(
+    listener: L,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     stats: Arc<HttpStats>,
     web: Option<Arc<Web>>,
@@ -272,10 +339,10 @@ async fn accept_loop(
         wait_for_closing(&table).await;
         let accepted = tokio::select! {
             _ = &mut stop => return,
-            a = listener.accept() => a,
+            a = listener.next() => a,
         };
         let stream = match accepted {
-            Ok((s, _)) => s,
+            Ok(s) => s,
             Err(e) => {
                 // Out of descriptors or memory: close a connection that may make room, or
                 // wait a little rather than spin. Anything else (a connection reset before
@@ -296,22 +363,34 @@ async fn accept_loop(
                 continue;
             }
         };
-        let now = Instant::now();
-        let (admitted, evicted) = {
-            let mut t = lock(&table);
-            if t.open() < MAX_CONNECTIONS {
-                (true, false)
-            } else if t.evict(now) {
-                (true, true)
-            } else {
-                (false, false)
+        let mut tries = 0;
+        let (admitted, evicted) = loop {
+            let (verdict, waiting) = {
+                let mut t = lock(&table);
+                let verdict = if t.open() < MAX_CONNECTIONS {
+                    (true, false)
+                } else if t.evict(Instant::now()) {
+                    (true, true)
+                } else {
+                    (false, false)
+                };
+                (verdict, t.has_new())
+            };
+            // Connections whose task has not run yet are never closed: let them run (and
+            // show whether they may be) before refusing this one.
+            if verdict.0 || !waiting || tries == 8 {
+                break verdict;
             }
+            tries += 1;
+            tokio::task::yield_now().await;
         };
+        let now = Instant::now();
         if !admitted {
             // Every connection is serving a request: one attempt to say so without
             // waiting, then close.
             stats.refused.fetch_add(1, Ordering::Relaxed);
-            let _ = stream.try_write(
+            let _ = L::try_write(
+                &stream,
                 b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
             );
             continue;
@@ -334,13 +413,31 @@ async fn accept_loop(
         // On this one-thread runtime the task cannot run (nor end) before it is in the table.
         let task = tokio::spawn(async move {
             let _guard = guard;
+            s.set(Phase::Fresh);
             match active.tls.clone() {
                 None => serve_connection(TokioIo::new(stream), snaps, s, active, st).await,
                 Some(tls) => {
-                    // Still fresh (evictable) during the handshake; plain HTTP, another CA's
-                    // certificate or a handshake left unfinished end here, with no data.
-                    match tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await {
-                        Ok(Ok(t)) => serve_connection(TokioIo::new(t), snaps, s, active, st).await,
+                    // Fresh (the first to make room) until its whole ClientHello has come,
+                    // then protected while the handshake goes on (Phase::Handshake); plain
+                    // HTTP, another CA's certificate or a handshake left unfinished end here,
+                    // with a TLS alert and no data.
+                    let hs_slot = s.clone();
+                    let handshake = async move {
+                        let lazy = tokio_rustls::LazyConfigAcceptor::new(
+                            rustls::server::Acceptor::default(),
+                            stream,
+                        );
+                        let start = lazy.await?;
+                        hs_slot.set(Phase::Handshake);
+                        start.into_stream(tls.config().clone()).await
+                    };
+                    match tokio::time::timeout(HEAD_TIMEOUT, handshake).await {
+                        Ok(Ok(t)) => {
+                            // Still protected until its request head comes (Serving): its
+                            // request may follow the handshake by a moment, and a churn of
+                            // new connections would close it in that moment were it fresh.
+                            serve_connection(TokioIo::new(t), snaps, s, active, st).await;
+                        }
                         _ => {
                             st.tls_failed.fetch_add(1, Ordering::Relaxed);
                         }
@@ -537,8 +634,17 @@ mod tests {
             victim(&[serving(9_500), serving(2_000), None], now),
             Some(1)
         );
-        // A response under way for less than SLOW_RESPONSE is never cut off.
+        // A response under way for less than SLOW_RESPONSE is never cut off, nor a TLS
+        // handshake whose ClientHello came; a fresh one goes first.
         assert_eq!(victim(&[serving(9_500), None, serving(9_999)], now), None);
+        let handshake = |ms| Some((Phase::Handshake, at(ms)));
+        assert_eq!(victim(&[handshake(9_990), serving(9_500)], now), None);
+        assert_eq!(victim(&[handshake(1), fresh(9_999)], now), Some(1));
+        assert_eq!(victim(&[handshake(8_000), serving(8_500)], now), Some(0));
+        // A connection whose task has not run yet is never closed, however old.
+        let new = |ms| Some((Phase::New, at(ms)));
+        assert_eq!(victim(&[new(1), fresh(9_000)], now), Some(1));
+        assert_eq!(victim(&[new(1), new(2)], now), None);
         assert_eq!(victim(&[], now), None);
     }
 
@@ -547,7 +653,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let (_tx, rx) = watch::channel(Arc::new(Snapshot::default()));
         let stats = Arc::new(HttpStats::default());
-        let server = spawn(l, rx, stats.clone(), None).unwrap();
+        let server = spawn(Listener::Tcp(l), rx, stats.clone(), None).unwrap();
         (addr, stats, server)
     }
 

@@ -8,9 +8,10 @@
 //! ```
 //!
 //! The socket is bound first ([`Endpoint::bind`], before anything is loaded), so a port in use
-//! is one line and exit code 9. [`meter`] holds the fold and the extension point for new
-//! pipelines' metrics; [`exposition`] the formats; [`http`] the server and its limits;
-//! [`web`] the `--web-config` file (TLS, client certificates, basic auth), read with the socket.
+//! (or a path that cannot be a socket) is one line and exit code 9. [`meter`] holds the fold
+//! and the extension point for new pipelines' metrics; [`exposition`] the formats; [`http`] the
+//! server and its limits; [`web`] the `--web-config` file (TLS, client certificates, basic
+//! auth), read with the socket; [`unix`] the socket file of `--listen unix:PATH`.
 
 mod cgroups;
 pub mod exposition;
@@ -21,6 +22,7 @@ mod own;
 mod pinned;
 mod process;
 mod servers;
+pub mod unix;
 pub mod web;
 
 use std::net::SocketAddr;
@@ -33,7 +35,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::batch::Batch;
-use crate::cli::ServeArgs;
+use crate::cli::{ListenAddr, ServeArgs};
 use crate::probes::ProbeConfig;
 use crate::source::{Live, Source};
 
@@ -46,72 +48,70 @@ pub const LISTEN_BACKLOG: i32 = 1024;
 /// Seconds the kernel holds a connection that has sent nothing before handing it over.
 pub const DEFER_ACCEPT_S: i32 = 1;
 
-/// `--listen` could not be used: the address is taken, not ours, or not allowed.
+/// `--listen` could not be used: the address is taken, not ours, or not allowed; a unix
+/// socket's path holds something that is not a stale socket (exit code 9).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr}: {why}")]
 pub struct ListenError {
-    pub addr: SocketAddr,
+    pub addr: ListenAddr,
     why: String,
+}
+
+/// `--listen-group` used wrongly: a usage error (exit code 2), found before anything is made.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenGroupError {
+    #[error("--listen-group: no group {0:?} (not a group name, nor a gid)")]
+    NoSuchGroup(String),
+    #[error("--listen-group: only with --listen unix:PATH (a TCP port has no group)")]
+    NotUnix,
 }
 
 /// The bound metrics socket, made before anything is loaded.
 #[derive(Debug)]
 pub struct Endpoint {
-    listener: std::net::TcpListener,
-    addr: SocketAddr,
+    listener: http::Listener,
+    addr: ListenAddr,
     web: Option<Arc<web::Web>>,
+    /// The socket file of `--listen unix:PATH`, removed when the endpoint is dropped.
+    socket_file: Option<unix::SocketFile>,
 }
 
 impl Endpoint {
-    /// Bind `addr`; a port in use or an address that is not this machine's is a typed error
-    /// (exit code 9).
-    pub fn bind(addr: SocketAddr) -> Result<Self, ListenError> {
-        let listener = std::net::TcpListener::bind(addr).map_err(|e| ListenError {
-            addr,
-            why: match e.kind() {
-                std::io::ErrorKind::AddrInUse => {
-                    "address already in use (another process listens there; pick another port)"
-                        .to_owned()
+    /// Bind `addr` (with `group`, the unix socket's group): an unknown group is a usage error
+    /// (exit code 2); a port in use, an address that is not this machine's, or a path that
+    /// cannot be a socket is a [`ListenError`] (exit code 9).
+    pub fn bind(addr: &ListenAddr, group: Option<&str>) -> anyhow::Result<Self> {
+        let (listener, socket_file) = match addr {
+            ListenAddr::Tcp(a) => {
+                if group.is_some() {
+                    return Err(ListenGroupError::NotUnix.into());
                 }
-                std::io::ErrorKind::AddrNotAvailable => {
-                    "no such address on this machine".to_owned()
-                }
-                std::io::ErrorKind::PermissionDenied => {
-                    "permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)".to_owned()
-                }
-                _ => e.to_string(),
-            },
-        })?;
-        // std listens with a backlog of 128: a few hundred connections opened at once (a
-        // scanner, or silent clients replaced as fast as they are evicted) would fill it, and
-        // a scrape's SYN dropped there waits a second for its retransmission. A second
-        // listen() only raises the queue (the kernel caps it at net.core.somaxconn).
-        // TCP_DEFER_ACCEPT: a connection that has sent nothing is not handed to accept()
-        // for DEFER_ACCEPT_S, so silent ones wait in the kernel (no descriptor, no task) while
-        // every HTTP client and TLS handshake, which speak first, come straight through.
-        {
-            use std::os::fd::AsRawFd as _;
-            let fd = listener.as_raw_fd();
-            let secs: libc::c_int = DEFER_ACCEPT_S;
-            // SAFETY: listen(2) and setsockopt(2) on a socket we own and that stays open; the
-            // option's value is a c_int that lives across the call, with its size.
-            unsafe {
-                libc::listen(fd, LISTEN_BACKLOG);
-                libc::setsockopt(
-                    fd,
-                    libc::IPPROTO_TCP,
-                    libc::TCP_DEFER_ACCEPT,
-                    (&raw const secs).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                );
+                (http::Listener::Tcp(bind_tcp(*a)?), None)
             }
-        }
+            ListenAddr::Unix(p) => {
+                let gid = match group {
+                    Some(g) => Some(
+                        crate::os::group::gid_of(g)
+                            .ok_or_else(|| ListenGroupError::NoSuchGroup(g.to_owned()))?,
+                    ),
+                    None => None,
+                };
+                let (l, f) = unix::bind(p, gid)?;
+                (http::Listener::Unix(l), Some(f))
+            }
+        };
         // Port 0 asks the kernel for a free one: report the one it gave.
-        let addr = listener.local_addr().unwrap_or(addr);
+        let addr = match (&listener, addr) {
+            (http::Listener::Tcp(l), ListenAddr::Tcp(a)) => {
+                ListenAddr::Tcp(l.local_addr().unwrap_or(*a))
+            }
+            _ => addr.clone(),
+        };
         Ok(Self {
             listener,
             addr,
             web: None,
+            socket_file,
         })
     }
 
@@ -124,18 +124,62 @@ impl Endpoint {
     }
 
     /// The address actually bound.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    pub fn addr(&self) -> &ListenAddr {
+        &self.addr
     }
 }
 
-/// Bind `--listen` if it was given, and read its `--web-config`.
+/// Bind a TCP address, with the endpoint's backlog and `TCP_DEFER_ACCEPT`.
+fn bind_tcp(addr: SocketAddr) -> Result<std::net::TcpListener, ListenError> {
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| ListenError {
+        addr: ListenAddr::Tcp(addr),
+        why: match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                "address already in use (another process listens there; pick another port)"
+                    .to_owned()
+            }
+            std::io::ErrorKind::AddrNotAvailable => "no such address on this machine".to_owned(),
+            std::io::ErrorKind::PermissionDenied => {
+                "permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)".to_owned()
+            }
+            _ => e.to_string(),
+        },
+    })?;
+    // std listens with a backlog of 128: a few hundred connections opened at once (a
+    // scanner, or silent clients replaced as fast as they are evicted) would fill it, and
+    // a scrape's SYN dropped there waits a second for its retransmission. A second
+    // listen() only raises the queue (the kernel caps it at net.core.somaxconn).
+    // TCP_DEFER_ACCEPT: a connection that has sent nothing is not handed to accept()
+    // for DEFER_ACCEPT_S, so silent ones wait in the kernel (no descriptor, no task) while
+    // every HTTP client and TLS handshake, which speak first, come straight through.
+    {
+        use std::os::fd::AsRawFd as _;
+        let fd = listener.as_raw_fd();
+        let secs: libc::c_int = DEFER_ACCEPT_S;
+        // SAFETY: listen(2) and setsockopt(2) on a socket we own and that stays open; the
+        // option's value is a c_int that lives across the call, with its size.
+        unsafe {
+            libc::listen(fd, LISTEN_BACKLOG);
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_DEFER_ACCEPT,
+                (&raw const secs).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    Ok(listener)
+}
+
+/// Bind `--listen` if it was given (with `--listen-group`), and read its `--web-config`.
 pub fn bind(
-    listen: Option<SocketAddr>,
+    listen: Option<&ListenAddr>,
+    group: Option<&str>,
     web_config: Option<&Path>,
 ) -> anyhow::Result<Option<Endpoint>> {
     match listen {
-        Some(a) => Ok(Some(Endpoint::bind(a)?.secure(web_config)?)),
+        Some(a) => Ok(Some(Endpoint::bind(a, group)?.secure(web_config)?)),
         None => Ok(None),
     }
 }
@@ -145,8 +189,10 @@ pub struct Metrics {
     tx: SyncSender<Box<Batch>>,
     dropped: Arc<AtomicU64>,
     _http: http::Server,
-    addr: SocketAddr,
+    addr: ListenAddr,
     tls: bool,
+    /// Dropped after the server (fields drop in order): the file goes once nothing serves it.
+    _socket_file: Option<unix::SocketFile>,
 }
 
 /// What the drain side holds: hands each Batch to the metrics thread without waiting.
@@ -203,11 +249,25 @@ impl Metrics {
             _http: http,
             addr: endpoint.addr,
             tls,
+            _socket_file: endpoint.socket_file,
         })
     }
 
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    pub fn addr(&self) -> &ListenAddr {
+        &self.addr
+    }
+
+    /// Where a scraper finds the metrics, for the start-up line: the URL, and for a unix
+    /// socket the path to give curl's `--unix-socket`.
+    pub fn location(&self) -> String {
+        match &self.addr {
+            ListenAddr::Tcp(a) => format!("{}://{a}/metrics", self.scheme()),
+            ListenAddr::Unix(p) => format!(
+                "{}://localhost/metrics over unix:{} (mode 0660)",
+                self.scheme(),
+                p.display()
+            ),
+        }
     }
 
     /// `https` with TLS from `--web-config`, else `http`.
@@ -294,9 +354,8 @@ pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
     }
     let metrics = Metrics::start(endpoint, a.metrics_top as usize)?;
     eprintln!(
-        "ebee-top: serving metrics at {}://{}/metrics (interval {:?}, top {} per measure)",
-        metrics.scheme(),
-        metrics.addr(),
+        "ebee-top: serving metrics at {} (interval {:?}, top {} per measure)",
+        metrics.location(),
         a.delay,
         a.metrics_top
     );
@@ -349,8 +408,10 @@ mod tests {
     /// Batches through the tap, the fold thread and hyper on a real socket (no eBPF needed).
     #[test]
     fn batches_offered_are_served() {
-        let ep = Endpoint::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let addr = ep.addr();
+        let ep = Endpoint::bind(&ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()), None).unwrap();
+        let ListenAddr::Tcp(addr) = *ep.addr() else {
+            panic!("{:?}", ep.addr())
+        };
         assert_ne!(addr.port(), 0, "the port the kernel chose");
         let m = Metrics::start(ep, 5).unwrap();
         let tap = m.tap();
@@ -378,8 +439,12 @@ mod tests {
         );
         assert!(get(addr, "/nope").starts_with("HTTP/1.1 404"));
         // A second bind of the same address is the typed error behind exit code 9.
-        let e = Endpoint::bind(addr).unwrap_err();
+        let e = Endpoint::bind(&ListenAddr::Tcp(addr), None).unwrap_err();
         assert!(e.to_string().contains("already in use"), "{e}");
+        assert!(
+            e.downcast_ref::<ListenError>().is_some(),
+            "exit code 9: {e}"
+        );
         drop(m);
         // Another test may bind the freed port for a moment: look for a while, not once.
         let gone = (0..100).any(|_| {
