@@ -59,11 +59,11 @@ impl HostSampler {
     /// The last reading while it is younger than [`HOST_EVERY`] (and there is one), else a
     /// new one. None when /proc/stat could not be read (now or at the previous reading): no
     /// numbers rather than made-up ones.
-    fn read(&mut self) -> Option<Host> {
+    fn read(&mut self) -> Option<&Host> {
         let now = std::time::Instant::now();
         let since = now.duration_since(self.read_at);
         if since < HOST_EVERY && self.last.is_some() {
-            return self.last.clone();
+            return self.last.as_ref();
         }
         self.read_at = now;
         self.last = self.stat.read().map(|s| Host {
@@ -71,7 +71,7 @@ impl HostSampler {
             mem: crate::os::host::meminfo(),
             span_ms: since.as_millis() as u64,
         });
-        self.last.clone()
+        self.last.as_ref()
     }
 }
 
@@ -118,7 +118,7 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
         latency.drained(b.end_ns, monotonic_ns());
         model.ingest(&b);
         let h = host.read();
-        match write(&mut out, &model, k, cli.format, h.as_ref()).and_then(|()| out.flush()) {
+        match write(&mut out, &model, k, cli.format, h).and_then(|()| out.flush()) {
             Ok(()) => latency.shown(b.end_ns, monotonic_ns()),
             // The reader went away (`| head`): that is a normal end.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),

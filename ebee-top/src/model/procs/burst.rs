@@ -89,19 +89,19 @@ impl Burst {
             return;
         }
         let base = self.base;
-        // The cell the time lands in (see below), for the window sum.
-        let lands = self
-            .cells
-            .back()
-            .map(|&b| {
-                let (o, run, _) = unpack(b);
-                base + u64::from(o) + u64::from(run) - 1
-            })
-            .map_or(cell, |last| last.max(cell));
-        if let Some(w) = self.win.as_mut()
-            && (w.first..=w.last).contains(&lands)
-        {
-            w.sum = w.sum.saturating_add(ns);
+        if let Some(w) = self.win.as_mut() {
+            // The cell the time lands in (see below): the newest one, if this is not later.
+            let lands = self
+                .cells
+                .back()
+                .map(|&b| {
+                    let (o, run, _) = unpack(b);
+                    base + u64::from(o) + u64::from(run) - 1
+                })
+                .map_or(cell, |last| last.max(cell));
+            if (w.first..=w.last).contains(&lands) {
+                w.sum = w.sum.saturating_add(ns);
+            }
         }
         if let Some(back) = self.cells.back_mut() {
             let (o, run, v) = unpack(*back);
