@@ -13,6 +13,15 @@
 //! thread arrives on a CPU (`sched_info_arrive`), and the arrival happens after the switch
 //! tracepoint, so the switch-out that follows is the first point both ends are known. The
 //! same counter, read the same way, is what /proc/PID/schedstat shows.
+//!
+//! Off-CPU time by reason uses the same slot and the same charge point. At a switch-out the
+//! thread's slot also keeps the monotonic time and the kind of state it leaves in (from the
+//! tracepoint's `prev_state` and `task_struct.in_iowait`, see [`off_class`]); its next
+//! switch-in stamps the slot with the time it got a CPU back. The gap between the two, less
+//! the run-queue wait accrued in it, is time it was not runnable, of that kind. The wait in
+//! the gap is only complete once the kernel has added the last stretch at the arrival (after
+//! the tracepoint), so, as for the wait itself, the charge is made at the switch-out that
+//! follows, where the growth of `run_delay` is exactly the wait in the gap.
 
 use crate::hashpipe;
 
@@ -34,7 +43,51 @@ pub const SHADOW_ENTRIES: u32 = 16_384;
 /// `PF_EXITING` in `task_struct.flags`: the thread has begun exiting.
 pub const PF_EXITING: u32 = 0x0000_0004;
 
-/// One slot of the wait sketch: a process and its threads' run-queue wait in the interval.
+/// `TASK_INTERRUPTIBLE` (include/linux/sched.h): a sleep any signal ends.
+pub const TASK_INTERRUPTIBLE: u32 = 0x0001;
+/// `TASK_UNINTERRUPTIBLE`: a wait in the kernel that signals do not end (the "D" state).
+/// `TASK_KILLABLE` is this with `TASK_WAKEKILL` (0x100), so the bit is tested, not the value.
+pub const TASK_UNINTERRUPTIBLE: u32 = 0x0002;
+/// `TASK_NOLOAD`: with `TASK_UNINTERRUPTIBLE` it is `TASK_IDLE`, the state idle kernel
+/// workers wait in (not counted in the load average, and not blocked on anything).
+pub const TASK_NOLOAD: u32 = 0x0400;
+/// `TASK_RTLOCK_WAIT`: a sleeping spinlock on PREEMPT_RT; a lock wait, so blocked.
+pub const TASK_RTLOCK_WAIT: u32 = 0x1000;
+
+/// Why a thread left its CPU, as kept in its slot until it is back (`ThreadSeen::class`).
+/// Runnable: preempted, or about to sleep but woken first; its gap is run-queue wait only.
+pub const OFF_RUNNABLE: u32 = 0;
+/// Uninterruptible with `in_iowait` set (`io_schedule()`: block I/O, page cache reads).
+pub const OFF_IO: u32 = 1;
+/// Uninterruptible without `in_iowait`: mutexes, rwsems, page faults, NFS, vfork parents.
+pub const OFF_BLOCKED: u32 = 2;
+/// Interruptible (futexes, sockets, pipes, timers), `TASK_IDLE`, stopped, traced, parked,
+/// frozen: waiting for something that is not the kernel's own work.
+pub const OFF_SLEEP: u32 = 3;
+
+/// The kind of off-CPU time a switch-out starts: `preempt` and `prev_state` are the
+/// tracepoint's arguments (a preempted thread stays runnable whatever its state word says),
+/// `in_iowait` the task's flag. `prev_state` is tested as bits: killable, idle and freezable
+/// sleeps carry extra ones.
+#[inline(always)]
+pub fn off_class(preempt: bool, prev_state: u32, in_iowait: bool) -> u32 {
+    if preempt || prev_state == 0 {
+        OFF_RUNNABLE
+    } else if prev_state & TASK_NOLOAD != 0 {
+        // TASK_IDLE: a kernel worker with nothing to do. Counted as sleep, so it never
+        // tops a list of blocked processes.
+        OFF_SLEEP
+    } else if prev_state & TASK_UNINTERRUPTIBLE != 0 {
+        if in_iowait { OFF_IO } else { OFF_BLOCKED }
+    } else if prev_state & TASK_RTLOCK_WAIT != 0 {
+        OFF_BLOCKED
+    } else {
+        OFF_SLEEP
+    }
+}
+
+/// One slot of the wait sketch: a process and its threads' run-queue wait and off-CPU time
+/// by reason in the interval.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaitSlot {
@@ -44,6 +97,12 @@ pub struct WaitSlot {
     pub flags: u32,
     /// Nanoseconds spent runnable but not running.
     pub wait_ns: u64,
+    /// Nanoseconds blocked on I/O ([`OFF_IO`]).
+    pub io_ns: u64,
+    /// Nanoseconds blocked otherwise ([`OFF_BLOCKED`]).
+    pub blocked_ns: u64,
+    /// Nanoseconds sleeping ([`OFF_SLEEP`]).
+    pub sleep_ns: u64,
 }
 
 impl hashpipe::Slot for WaitSlot {
@@ -51,13 +110,21 @@ impl hashpipe::Slot for WaitSlot {
     fn key(&self) -> u32 {
         self.tgid
     }
+    /// Ranked by the time it was held up: waiting for a CPU or blocked in the kernel. Sleep
+    /// is carried but not weighed: nearly every process sleeps nearly all the time, and
+    /// weighing it would let idle daemons push the waiters out of the sketch.
     #[inline(always)]
     fn weight(&self) -> u64 {
         self.wait_ns
+            .saturating_add(self.io_ns)
+            .saturating_add(self.blocked_ns)
     }
     #[inline(always)]
     fn merge(&mut self, other: &Self) {
         self.wait_ns += other.wait_ns;
+        self.io_ns += other.io_ns;
+        self.blocked_ns += other.blocked_ns;
+        self.sleep_ns += other.sleep_ns;
     }
 }
 
@@ -98,6 +165,8 @@ pub struct WaitSketch {
     pub stages: [[WaitSlot; WAIT_SLOTS]; WAIT_STAGES],
     /// Wait carried out of the last stage and lost.
     pub evicted_ns: u64,
+    /// Off-CPU time (I/O + blocked + sleep) carried out of the last stage and lost.
+    pub evicted_off_ns: u64,
     /// Entries carried out of the last stage.
     pub evictions: u64,
     /// Waits charged in this interval.
@@ -129,6 +198,7 @@ impl Default for WaitSketch {
         Self {
             stages: [[WaitSlot::default(); WAIT_SLOTS]; WAIT_STAGES],
             evicted_ns: 0,
+            evicted_off_ns: 0,
             evictions: 0,
             updates: 0,
             shadow_full: 0,
@@ -156,6 +226,7 @@ impl WaitSketch {
         self.updates += 1;
         if let Some(out) = hashpipe::update(&mut self.stages, slot) {
             self.evicted_ns += out.wait_ns;
+            self.evicted_off_ns += out.io_ns + out.blocked_ns + out.sleep_ns;
             self.evictions += 1;
         }
     }
@@ -179,11 +250,15 @@ impl IoSketch {
 pub struct ThreadSeen {
     /// Thread id whose values these are; 0 when the slot is free.
     pub tid: u32,
-    /// Reserved, 0.
-    pub flags: u32,
+    /// The `OFF_*` class of the state it left its CPU in at `out_ns`.
+    pub class: u32,
     pub run_delay: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Monotonic time of that switch-out; 0 when unknown (the off-CPU split is off).
+    pub out_ns: u64,
+    /// Monotonic time of its switch-in since; 0 until then.
+    pub in_ns: u64,
 }
 
 /// What a switch-out reads of the outgoing thread.
@@ -195,14 +270,31 @@ pub struct ThreadNow {
     pub write_bytes: u64,
     /// `PF_EXITING` is set: this is one of its last switches.
     pub exiting: bool,
+    /// Monotonic time of this switch-out (0: the off-CPU split is off).
+    pub now_ns: u64,
+    /// The `OFF_*` class of the state it leaves in.
+    pub class: u32,
 }
 
-/// The growth of a thread's counters since it was last seen.
+/// The growth of a thread's counters since it was last seen, and its off-CPU time in the gap
+/// before this slice, by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Deltas {
     pub wait_ns: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    pub io_ns: u64,
+    pub blocked_ns: u64,
+    pub sleep_ns: u64,
+}
+
+/// The switch-in of a thread whose slot is `seen`, at monotonic `now_ns`: stamp the end of
+/// its gap. A slot holding another thread, or no switch-out time, is left alone.
+#[inline(always)]
+pub fn switch_in(seen: &mut ThreadSeen, tid: u32, now_ns: u64) {
+    if seen.tid == tid && seen.out_ns != 0 && seen.in_ns == 0 {
+        seen.in_ns = now_ns;
+    }
 }
 
 /// One switch-out of a thread against its "last seen" slot. Returns the growth since the slot
@@ -213,20 +305,36 @@ pub struct Deltas {
 #[inline(always)]
 pub fn switch_out(seen: &mut ThreadSeen, now: &ThreadNow) -> Option<Deltas> {
     let known = seen.tid == now.tid;
-    let d = Deltas {
+    let mut d = Deltas {
         wait_ns: now.run_delay.saturating_sub(seen.run_delay),
         read_bytes: now.read_bytes.saturating_sub(seen.read_bytes),
         write_bytes: now.write_bytes.saturating_sub(seen.write_bytes),
+        ..Deltas::default()
     };
+    // The gap before this slice, less the run-queue wait in it (the growth of `run_delay`
+    // since the last switch-out is all of it: a thread accrues no wait while it runs). No
+    // switch-in stamp (missed, or the split is off) or a stamp out of order: nothing.
+    if seen.out_ns != 0 && seen.in_ns > seen.out_ns {
+        let off = (seen.in_ns - seen.out_ns).saturating_sub(d.wait_ns);
+        match seen.class {
+            OFF_IO => d.io_ns = off,
+            OFF_BLOCKED => d.blocked_ns = off,
+            OFF_SLEEP => d.sleep_ns = off,
+            // Runnable: the gap was all wait, and the rest is the two clocks' jitter.
+            _ => {}
+        }
+    }
     if now.exiting {
         seen.tid = 0;
     } else {
         *seen = ThreadSeen {
             tid: now.tid,
-            flags: 0,
+            class: now.class,
             run_delay: now.run_delay,
             read_bytes: now.read_bytes,
             write_bytes: now.write_bytes,
+            out_ns: now.now_ns,
+            in_ns: 0,
         };
     }
     known.then_some(d)
@@ -251,8 +359,13 @@ pub struct WaitOffsets {
     pub wait_valid: u32,
     /// 1 when `read_bytes` and `write_bytes` were found.
     pub io_valid: u32,
-    /// Reserved, 0.
-    pub pad: u32,
+    /// Byte offset in `task_struct` of the byte holding the `in_iowait` bit field.
+    pub in_iowait: u32,
+    /// The `in_iowait` bit within that byte (a mask).
+    pub iowait_mask: u32,
+    /// 1 when the off-CPU split is on (`in_iowait` and `run_delay` found, and not switched
+    /// off with `--no-culprits`): the loader's constant, so the verifier drops the code when 0.
+    pub offcpu_valid: u32,
 }
 
 #[cfg(test)]
@@ -261,13 +374,13 @@ mod tests {
 
     #[test]
     fn layouts_have_no_padding() {
-        assert_eq!(core::mem::size_of::<WaitSlot>(), 16);
+        assert_eq!(core::mem::size_of::<WaitSlot>(), 40);
         assert_eq!(core::mem::size_of::<IoSlot>(), 24);
-        assert_eq!(core::mem::size_of::<ThreadSeen>(), 32);
-        assert_eq!(core::mem::size_of::<WaitOffsets>(), 32);
+        assert_eq!(core::mem::size_of::<ThreadSeen>(), 48);
+        assert_eq!(core::mem::size_of::<WaitOffsets>(), 40);
         assert_eq!(
             core::mem::size_of::<WaitSketch>(),
-            WAIT_STAGES * WAIT_SLOTS * 16 + 5 * 8
+            WAIT_STAGES * WAIT_SLOTS * 40 + 6 * 8
         );
         assert_eq!(
             core::mem::size_of::<IoSketch>(),
@@ -282,6 +395,8 @@ mod tests {
             read_bytes: r,
             write_bytes: w,
             exiting: false,
+            now_ns: 0,
+            class: OFF_RUNNABLE,
         }
     }
 
@@ -332,5 +447,70 @@ mod tests {
         switch_out(&mut s, &now(3, 1_000_000, 4096, 4096));
         let d = switch_out(&mut s, &now(3, 10, 0, 0)).unwrap();
         assert_eq!(d, Deltas::default());
+    }
+
+    #[test]
+    fn states_are_tested_as_bits() {
+        const WAKEKILL: u32 = 0x100;
+        const FREEZABLE: u32 = 0x2000;
+        assert_eq!(off_class(false, 0, false), OFF_RUNNABLE);
+        assert_eq!(
+            off_class(true, TASK_UNINTERRUPTIBLE, true),
+            OFF_RUNNABLE,
+            "preempted"
+        );
+        assert_eq!(off_class(false, TASK_INTERRUPTIBLE, false), OFF_SLEEP);
+        assert_eq!(
+            off_class(false, TASK_INTERRUPTIBLE | FREEZABLE, false),
+            OFF_SLEEP
+        );
+        assert_eq!(off_class(false, TASK_UNINTERRUPTIBLE, false), OFF_BLOCKED);
+        assert_eq!(off_class(false, TASK_UNINTERRUPTIBLE, true), OFF_IO);
+        assert_eq!(
+            off_class(false, TASK_UNINTERRUPTIBLE | WAKEKILL, false),
+            OFF_BLOCKED,
+            "killable"
+        );
+        assert_eq!(
+            off_class(false, TASK_UNINTERRUPTIBLE | TASK_NOLOAD, false),
+            OFF_SLEEP,
+            "TASK_IDLE is not blocked"
+        );
+        assert_eq!(off_class(false, TASK_RTLOCK_WAIT, false), OFF_BLOCKED);
+        assert_eq!(off_class(false, 0x4, false), OFF_SLEEP, "stopped");
+    }
+
+    #[test]
+    fn the_gap_less_its_wait_goes_to_the_class_it_left_in() {
+        let mut s = ThreadSeen::default();
+        let out = |t: u32, rd: u64, at: u64, class: u32| ThreadNow {
+            now_ns: at,
+            class,
+            ..now(t, rd, 0, 0)
+        };
+        assert_eq!(switch_out(&mut s, &out(4, 100, 1_000, OFF_IO)), None);
+        // Back on a CPU at 11_000; 300 ns of it was spent in the run queue (added to
+        // run_delay at the arrival, seen at the next switch-out).
+        switch_in(&mut s, 4, 11_000);
+        switch_in(&mut s, 4, 12_000);
+        let d = switch_out(&mut s, &out(4, 400, 15_000, OFF_SLEEP)).unwrap();
+        assert_eq!(
+            (d.wait_ns, d.io_ns, d.blocked_ns, d.sleep_ns),
+            (300, 9_700, 0, 0)
+        );
+        switch_in(&mut s, 4, 20_000);
+        let d = switch_out(&mut s, &out(4, 400, 21_000, OFF_BLOCKED)).unwrap();
+        assert_eq!((d.sleep_ns, d.io_ns), (5_000, 0));
+        switch_in(&mut s, 4, 21_500);
+        let d = switch_out(&mut s, &out(4, 500, 22_000, OFF_RUNNABLE)).unwrap();
+        assert_eq!((d.wait_ns, d.blocked_ns), (100, 400));
+        // Preempted: the gap is all wait; nothing off-CPU, even with clock jitter.
+        switch_in(&mut s, 4, 23_000);
+        let d = switch_out(&mut s, &out(4, 1_490, 24_000, OFF_SLEEP)).unwrap();
+        assert_eq!((d.io_ns, d.blocked_ns, d.sleep_ns), (0, 0, 0));
+        // A switch-in missed (another thread took the slot): no split.
+        switch_in(&mut s, 5, 30_000);
+        let d = switch_out(&mut s, &out(4, 1_490, 31_000, OFF_SLEEP)).unwrap();
+        assert_eq!(d.sleep_ns, 0);
     }
 }

@@ -59,6 +59,9 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
         )
     };
     s.running = next_tgid;
+    // One clock read serves as the outgoing thread's switch-out time and the incoming one's
+    // switch-in time (0 and no read when the off-CPU split is off).
+    let mono = crate::wait::offcpu_now();
     // The scheduler stamped its task clock into the outgoing task (update_curr) and the
     // incoming one (set_next_task) in this very switch; the idle task's stamp is stale, so
     // take the later of the two.
@@ -84,8 +87,13 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
         }
         // Before the interval may close below: the outgoing thread's waits and I/O (and its
         // cgroup's share) go to the interval its on-CPU time went to.
+        // The tracepoint's `preempt` (a bool) and `prev_state` (an unsigned int).
+        let preempt = ctx.arg::<u64>(0) & 0xff != 0;
+        let prev_state = ctx.arg::<u64>(3) as u32;
         // SAFETY: `prev` is the sched_switch prev task.
-        let wait_ns = match unsafe { crate::wait::switch_out_of(s, prev, prev_tgid) } {
+        let wait_ns = match unsafe {
+            crate::wait::switch_out_of(s, prev, prev_tgid, preempt, prev_state, mono)
+        } {
             Ok(w) => w,
             Err(_) => {
                 count_drop(ebee_shared::drops::PROG_ERRORS);
@@ -95,6 +103,10 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
         if crate::cgroup::charge(s, cg, cpu_ns, wait_ns).is_err() {
             count_drop(ebee_shared::drops::PROG_ERRORS);
         }
+    }
+    // SAFETY: `next` is the sched_switch next task.
+    if next_tgid != 0 && unsafe { crate::wait::switch_in_of(next, mono) }.is_err() {
+        count_drop(ebee_shared::drops::PROG_ERRORS);
     }
     if epoch != s.epoch {
         // The first switch on this CPU since the flip: the slice just charged ends this CPU's

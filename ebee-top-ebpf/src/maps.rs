@@ -266,13 +266,14 @@ pub static IO_SKETCH: PerCpuArray<ebee_shared::wait::IoSketch> =
 pub static WAIT_THREADS: Array<ebee_shared::wait::ThreadSeen> =
     Array::with_max_entries(ebee_shared::wait::THREAD_SLOTS as u32, 0);
 
-/// Exact per-process wait ns and disk bytes, one map per interval parity (ground truth for
-/// tests and the precision benchmark; shrunk to one entry by the loader when not wanted).
+/// Exact per-process wait, I/O-blocked, blocked and sleep ns, and disk bytes, one map per
+/// interval parity (ground truth for tests and the precision benchmark; shrunk to one entry
+/// by the loader when not wanted).
 #[map]
-pub static WAIT_SHADOW0: PerCpuHashMap<u32, u64> =
+pub static WAIT_SHADOW0: PerCpuHashMap<u32, [u64; 4]> =
     PerCpuHashMap::with_max_entries(ebee_shared::wait::SHADOW_ENTRIES, 0);
 #[map]
-pub static WAIT_SHADOW1: PerCpuHashMap<u32, u64> =
+pub static WAIT_SHADOW1: PerCpuHashMap<u32, [u64; 4]> =
     PerCpuHashMap::with_max_entries(ebee_shared::wait::SHADOW_ENTRIES, 0);
 #[map]
 pub static IO_SHADOW0: PerCpuHashMap<u32, [u64; 2]> =
@@ -291,7 +292,9 @@ pub static WAIT_OFFSETS: ebee_shared::wait::WaitOffsets = ebee_shared::wait::Wai
     write_bytes: 0,
     wait_valid: 0,
     io_valid: 0,
-    pad: 0,
+    in_iowait: 0,
+    iowait_mask: 0,
+    offcpu_valid: 0,
 };
 
 // The servers pipeline (servers.rs); sizes in ebee_shared::servers.

@@ -8,7 +8,10 @@
 use ebee_shared::{
     cpu::CpuState,
     ctl,
-    wait::{IoSlot, PF_EXITING, THREAD_SLOTS, ThreadNow, WaitOffsets, WaitSlot, switch_out},
+    wait::{
+        IoSlot, OFF_RUNNABLE, PF_EXITING, THREAD_SLOTS, ThreadNow, WaitOffsets, WaitSlot,
+        off_class, switch_in, switch_out,
+    },
 };
 
 use crate::maps::{
@@ -23,13 +26,53 @@ fn offsets() -> WaitOffsets {
     unsafe { core::ptr::read_volatile(&raw const WAIT_OFFSETS) }
 }
 
+/// The monotonic clock for the off-CPU split, read once per switch; 0 (and no helper call:
+/// the loader's constant lets the verifier drop it) when the split is off.
+#[inline(always)]
+pub fn offcpu_now() -> u64 {
+    if offsets().offcpu_valid != 0 {
+        crate::now_ns()
+    } else {
+        0
+    }
+}
+
+/// Stamp the switch-in of `next` (not the idle task) at `now` (from [`offcpu_now`]), the end
+/// of its off-CPU gap.
+///
+/// # Safety
+/// `next` must be the sched_switch tp_btf `next` task pointer.
+#[inline(always)]
+pub unsafe fn switch_in_of(next: *const u8, now: u64) -> Result<(), i64> {
+    let o = offsets();
+    if o.offcpu_valid == 0 {
+        return Ok(());
+    }
+    // SAFETY: `next` is the incoming task_struct; the offset comes from the kernel's BTF.
+    let tid = unsafe { core::ptr::read_volatile(next.add(o.pid as usize) as *const u32) };
+    let seen = present(WAIT_THREADS.get_ptr_mut(tid & (THREAD_SLOTS as u32 - 1)))?;
+    // SAFETY: a valid array value; a thread switches in on one CPU at a time (another thread
+    // sharing the index can race it, and `switch_in` then leaves the slot alone).
+    unsafe { switch_in(&mut *seen, tid, now) };
+    Ok(())
+}
+
 /// Charge the outgoing thread `prev` (of process `tgid`, not the idle task) in the interval `s`
-/// is writing. Returns the run-queue wait charged (for its cgroup), 0 when none.
+/// is writing: its run-queue wait and disk bytes since its last switch-out, and the off-CPU
+/// time before this slice by reason. `preempt` and `prev_state` are the tracepoint's, `now`
+/// from [`offcpu_now`]. Returns the run-queue wait charged (for its cgroup), 0 when none.
 ///
 /// # Safety
 /// `prev` must be the sched_switch tp_btf `prev` task pointer.
 #[inline(always)]
-pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<u64, i64> {
+pub unsafe fn switch_out_of(
+    s: &CpuState,
+    prev: *const u8,
+    tgid: u32,
+    preempt: bool,
+    prev_state: u32,
+    now: u64,
+) -> Result<u64, i64> {
     let o = offsets();
     if o.wait_valid == 0 && o.io_valid == 0 {
         return Ok(0);
@@ -55,6 +98,15 @@ pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<
             } else {
                 0
             },
+            now_ns: now,
+            class: if o.offcpu_valid != 0 {
+                // `in_iowait` is a bit field: the verifier lets a program read the byte that
+                // holds it as a scalar.
+                let iow = core::ptr::read_volatile(prev.add(o.in_iowait as usize));
+                off_class(preempt, prev_state, iow as u32 & o.iowait_mask != 0)
+            } else {
+                OFF_RUNNABLE
+            },
         }
     };
     let seen = present(WAIT_THREADS.get_ptr_mut(now.tid & (THREAD_SLOTS as u32 - 1)))?;
@@ -78,7 +130,7 @@ pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<
         // thread got the CPU at once).
         crate::qos::runq::record(parity, slot, d.wait_ns)?;
     }
-    if d.wait_ns != 0 {
+    if d.wait_ns | d.io_ns | d.blocked_ns | d.sleep_ns != 0 {
         let sk = present(WAIT_SKETCH.get_ptr_mut(parity))?;
         // SAFETY: as above.
         unsafe {
@@ -86,6 +138,9 @@ pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<
                 tgid,
                 flags: 0,
                 wait_ns: d.wait_ns,
+                io_ns: d.io_ns,
+                blocked_ns: d.blocked_ns,
+                sleep_ns: d.sleep_ns,
             })
         };
         if global(&SHADOW_ON) != 0 {
@@ -94,11 +149,17 @@ pub unsafe fn switch_out_of(s: &CpuState, prev: *const u8, tgid: u32) -> Result<
             } else {
                 &WAIT_SHADOW1
             };
+            let add = [d.wait_ns, d.io_ns, d.blocked_ns, d.sleep_ns];
             match map.get_ptr_mut(tgid) {
                 // SAFETY: a valid per-CPU hash value of this CPU.
-                Some(v) => unsafe { *v += d.wait_ns },
+                Some(v) => unsafe {
+                    (*v)[0] += add[0];
+                    (*v)[1] += add[1];
+                    (*v)[2] += add[2];
+                    (*v)[3] += add[3];
+                },
                 None => {
-                    if map.insert(tgid, d.wait_ns, 0).is_err() {
+                    if map.insert(tgid, add, 0).is_err() {
                         // SAFETY: as above.
                         unsafe { (*sk).shadow_full += 1 };
                     }

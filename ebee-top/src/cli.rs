@@ -116,6 +116,11 @@ pub struct Cli {
     #[arg(long)]
     pub no_servers: bool,
 
+    /// Leave the off-CPU split (I/O-blocked, blocked, sleeping: IOW%) off; the verifier then
+    /// drops its code from the context-switch program, so it costs nothing.
+    #[arg(long)]
+    pub no_culprits: bool,
+
     /// The cgroup hierarchy processes are grouped by (the CGROUP column, the cgroups view).
     #[arg(long, value_enum, default_value_t = CgroupsArg::Auto, value_name = "WHICH")]
     pub cgroups: CgroupsArg,
@@ -304,6 +309,10 @@ pub struct ServeArgs {
     /// Leave the servers pipeline off (no socket tracepoints; no server or network metrics).
     #[arg(long)]
     pub no_servers: bool,
+
+    /// Leave the off-CPU split off (no I/O-blocked, blocked or sleep time).
+    #[arg(long)]
+    pub no_culprits: bool,
 }
 
 #[derive(Debug, Args)]

@@ -190,6 +190,9 @@ pub struct Batch {
     pub wait: Vec<wait::WaitRow>,
     /// The exact shadow's (only with `--exact`).
     pub wait_exact: Option<Vec<wait::WaitRow>>,
+    /// Off-CPU time by reason of every process the kernel charged, most held up (I/O-blocked
+    /// + blocked) first.
+    pub offcpu: Vec<wait::OffCpuRow>,
     /// Disk I/O of every process the kernel charged, heaviest (read + written) first.
     pub io: Vec<wait::IoRow>,
     /// The exact shadow's (only with `--exact`).

@@ -13,6 +13,26 @@ pub struct WaitRow {
     pub ns: u64,
 }
 
+/// One process's off-CPU time by reason in the interval (its threads summed): the time
+/// they were neither running nor runnable, split by the state they left their CPU in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffCpuRow {
+    pub pid: u32,
+    /// Uninterruptible with `in_iowait` (waiting for block I/O).
+    pub io_ns: u64,
+    /// Uninterruptible otherwise (kernel locks, page faults, NFS, a vfork parent).
+    pub blocked_ns: u64,
+    /// Interruptible, idle, stopped or traced (futexes, sockets, timers).
+    pub sleep_ns: u64,
+}
+
+impl OffCpuRow {
+    /// What ranks the `blocked[]` table: the time it was held up in the kernel.
+    pub fn held_ns(&self) -> u64 {
+        self.io_ns.saturating_add(self.blocked_ns)
+    }
+}
+
 /// One process's disk I/O in the interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IoRow {
@@ -29,9 +49,14 @@ pub struct WaitStats {
     pub available: bool,
     /// The kernel keeps per-task disk I/O (`ioac`) and it is read.
     pub io_available: bool,
+    /// The off-CPU split (`offcpu`) is measured (off with `--no-culprits`, or without the
+    /// kernel's `in_iowait`).
+    pub offcpu_available: bool,
     /// Wait sketch entries evicted, and the wait they held (lost for the interval).
     pub evictions: u64,
     pub evicted_ns: u64,
+    /// Off-CPU time (I/O-blocked, blocked, sleeping) those evictions held.
+    pub evicted_off_ns: u64,
     /// I/O sketch entries evicted, and the bytes they held.
     pub io_evictions: u64,
     pub io_evicted_bytes: u64,

@@ -37,6 +37,7 @@ pub fn probe_config(cli: &Cli) -> ProbeConfig {
         trace: false,
         bpf_stats: !cli.no_bpf_stats,
         no_servers: cli.no_servers,
+        no_culprits: cli.no_culprits,
         stats_sampled: true,
         cgroups: cgroups_want(cli.cgroups),
     }

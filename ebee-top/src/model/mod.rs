@@ -45,6 +45,9 @@ pub struct CpuEntry {
     pub exited: bool,
     /// Its threads' run-queue wait in the last interval; None when the kernel gives none.
     pub wait_ns: Option<u64>,
+    /// Its threads' off-CPU time in the last interval by reason: blocked on I/O, blocked
+    /// otherwise, sleeping; None when the split was not measured.
+    pub offcpu: Option<crate::batch::wait::OffCpuRow>,
     /// Its cgroup path (empty: unknown, or cgroups off).
     pub cgroup: String,
     /// In a thread ranking, the thread (`pid` is then its process, `comm` the thread's name).
@@ -228,6 +231,7 @@ impl Model {
                 }
                 e.tid = Some(r.tid);
                 e.wait_ns = None;
+                e.offcpu = None;
                 e
             })
             .collect()
@@ -265,6 +269,7 @@ impl Model {
             bins: r.bins.clone(),
             exited: self.exited.contains_key(&r.pid),
             wait_ns: self.wait.wait_of(r.pid),
+            offcpu: self.wait.offcpu_of(r.pid),
             cgroup: info.map(|p| p.cgroup.clone()).unwrap_or_default(),
             tid: None,
         }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::batch::Batch;
-use crate::batch::wait::{IoRow, WaitRow};
+use crate::batch::wait::{IoRow, OffCpuRow, WaitRow};
 
 /// One line of the wait ranking.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +23,18 @@ pub struct IoEntry {
     pub write_bytes: u64,
 }
 
+/// One line of the `blocked[]` ranking: a process's off-CPU time by reason.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockedEntry {
+    pub pid: u32,
+    pub io_ns: u64,
+    pub blocked_ns: u64,
+    pub sleep_ns: u64,
+    /// `io_ns` as a share of the interval (100 = one thread all of it).
+    pub io_pct: f64,
+    pub blocked_pct: f64,
+}
+
 /// The last interval's waits and I/O.
 #[derive(Clone, Debug, Default)]
 pub struct WaitModel {
@@ -30,7 +42,12 @@ pub struct WaitModel {
     /// this pipeline has neither).
     pub available: bool,
     pub io_available: bool,
+    /// The off-CPU split was measured.
+    pub offcpu_available: bool,
     interval_ns: u64,
+    /// Off-CPU rows, most held up first, and by pid.
+    offcpu: Vec<OffCpuRow>,
+    offcpu_by_pid: HashMap<u32, usize>,
     wait: Vec<WaitRow>,
     wait_by_pid: HashMap<u32, u64>,
     wait_exact: Option<Vec<WaitRow>>,
@@ -42,6 +59,14 @@ impl WaitModel {
     pub fn ingest(&mut self, b: &Batch) {
         self.available = b.wait_stats.available;
         self.io_available = b.wait_stats.io_available;
+        self.offcpu_available = b.wait_stats.offcpu_available;
+        self.offcpu.clone_from(&b.offcpu);
+        self.offcpu_by_pid = b
+            .offcpu
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.pid, i))
+            .collect();
         self.interval_ns = b.interval_ns();
         self.wait.clone_from(&b.wait);
         self.wait_by_pid = b.wait.iter().map(|w| (w.pid, w.ns)).collect();
@@ -54,6 +79,47 @@ impl WaitModel {
     pub fn wait_of(&self, pid: u32) -> Option<u64> {
         self.available
             .then(|| self.wait_by_pid.get(&pid).copied().unwrap_or(0))
+    }
+
+    /// Off-CPU time of `pid` in the last interval (all 0 when it had none); None when the
+    /// split was not measured.
+    pub fn offcpu_of(&self, pid: u32) -> Option<OffCpuRow> {
+        self.offcpu_available.then(|| {
+            self.offcpu_by_pid
+                .get(&pid)
+                .and_then(|&i| self.offcpu.get(i))
+                .cloned()
+                .unwrap_or(OffCpuRow {
+                    pid,
+                    ..Default::default()
+                })
+        })
+    }
+
+    fn pct(&self, ns: u64) -> f64 {
+        if self.interval_ns == 0 {
+            0.0
+        } else {
+            ns as f64 * 100.0 / self.interval_ns as f64
+        }
+    }
+
+    /// The `k` processes held up longest in the kernel (blocked on I/O + blocked otherwise)
+    /// in the last interval; those that only slept are not listed.
+    pub fn top_blocked(&self, k: usize) -> Vec<BlockedEntry> {
+        self.offcpu
+            .iter()
+            .filter(|r| r.held_ns() != 0)
+            .take(k)
+            .map(|r| BlockedEntry {
+                pid: r.pid,
+                io_ns: r.io_ns,
+                blocked_ns: r.blocked_ns,
+                sleep_ns: r.sleep_ns,
+                io_pct: self.pct(r.io_ns),
+                blocked_pct: self.pct(r.blocked_ns),
+            })
+            .collect()
     }
 
     fn entry(&self, w: &WaitRow) -> WaitEntry {
@@ -140,6 +206,33 @@ mod tests {
         assert_eq!(m.wait_of(99), Some(0), "no wait is a wait of 0");
         assert_eq!(m.top_io(5)[0].write_bytes, 1 << 20);
         assert!(m.top_wait_exact(5).is_none());
+    }
+
+    #[test]
+    fn blocked_ranks_the_held_up_and_leaves_out_the_sleepers() {
+        let mut m = WaitModel::default();
+        let mut b = batch(&[], &[], true);
+        b.wait_stats.offcpu_available = true;
+        let row = |pid, io_ns, blocked_ns, sleep_ns| OffCpuRow {
+            pid,
+            io_ns,
+            blocked_ns,
+            sleep_ns,
+        };
+        b.offcpu = vec![
+            row(3, 10_000_000, 5_000_000, 0),
+            row(4, 0, 1_000_000, 40_000_000),
+            row(5, 0, 0, 50_000_000),
+        ];
+        m.ingest(&b);
+        let top = m.top_blocked(10);
+        assert_eq!(top.iter().map(|e| e.pid).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!((top[0].io_pct, top[0].blocked_pct), (20.0, 10.0));
+        assert_eq!(m.offcpu_of(5).map(|r| r.sleep_ns), Some(50_000_000));
+        assert_eq!(m.offcpu_of(9).map(|r| r.held_ns()), Some(0));
+        b.wait_stats.offcpu_available = false;
+        m.ingest(&b);
+        assert_eq!(m.offcpu_of(5), None, "not measured is not zero");
     }
 
     #[test]

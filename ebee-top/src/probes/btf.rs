@@ -190,6 +190,15 @@ impl Btf {
             .ok_or_else(|| BtfError::Missing(format!("{name}.{member}")))
     }
 
+    /// Bit offset of `member` in `struct name` (for bit fields), as [`Self::member_offset`].
+    pub fn member_bit_offset(&self, name: &str, member: &str) -> Result<u32, BtfError> {
+        let id = self
+            .id(name, KIND_STRUCT)
+            .ok_or_else(|| BtfError::Missing(format!("struct {name}")))?;
+        self.find_member(id, member, 0, 0)
+            .ok_or_else(|| BtfError::Missing(format!("{name}.{member}")))
+    }
+
     /// Size in bytes of `struct name`.
     pub fn struct_size(&self, name: &str) -> Result<u32, BtfError> {
         self.id(name, KIND_STRUCT)

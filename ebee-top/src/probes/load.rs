@@ -28,7 +28,7 @@ impl Probes {
         // The kernel's BTF is read once, for the layout and for the ids of the tracepoints the
         // tp_btf programs attach to (all aya needs of it: see `btf::Btf::tracepoint_blob`),
         // and freed before aya parses those.
-        let (layout, blob) = {
+        let (mut layout, blob) = {
             let btf = btf::Btf::from_sys_fs().map_err(|e| unsupported(&e))?;
             let tps = TP_BTF.iter().map(|(_, tp)| *tp);
             let tps: Vec<&str> = tps
@@ -39,6 +39,9 @@ impl Probes {
                 btf.tracepoint_blob(&tps),
             )
         };
+        if cfg.no_culprits {
+            layout.wait.offcpu_valid = 0;
+        }
         // A hierarchy whose chain the kernel's BTF cannot give is not followed.
         let cgroup_fs = cgroup_fs.filter(|_| layout.cg.on != 0);
         let aya_btf = btf::parse_for_aya(&blob).map_err(|e| unsupported(&e))?;

@@ -81,6 +81,9 @@ pub struct ProbeConfig {
     pub stats_sampled: bool,
     /// Which cgroup hierarchy to follow (`--cgroups`).
     pub cgroups: crate::os::cgroup::Want,
+    /// Leave the off-CPU split (and the wait culprits) off (`--no-culprits`): the
+    /// `sched_switch` code for them is dropped by the verifier, so it costs nothing.
+    pub no_culprits: bool,
 }
 
 /// The sampling window of the BPF run-time statistics, and the period it repeats with.
@@ -288,6 +291,11 @@ impl Probes {
     /// reads them.
     pub fn wait_available(&self) -> bool {
         self.wait_offsets.wait_valid != 0
+    }
+
+    /// True when the off-CPU split (I/O-blocked, blocked, sleeping) is measured.
+    pub fn offcpu_available(&self) -> bool {
+        self.wait_offsets.offcpu_valid != 0
     }
 
     /// True when the kernel counts disk I/O per task (`ioac`) and the pipeline reads it.

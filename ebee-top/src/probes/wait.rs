@@ -34,6 +34,8 @@ pub fn offsets(btf: &Btf) -> WaitOffsets {
         (Some((a, r)), Some((b, w))) => (a + r, b + w, 1),
         _ => (0, 0, 0),
     };
+    // `in_iowait` is a one-bit field: the byte that holds it, and the bit in that byte.
+    let iowait = btf.member_bit_offset("task_struct", "in_iowait").ok();
     WaitOffsets {
         pid,
         flags,
@@ -42,15 +44,31 @@ pub fn offsets(btf: &Btf) -> WaitOffsets {
         write_bytes,
         wait_valid: u32::from(run_delay.is_some()),
         io_valid,
-        pad: 0,
+        in_iowait: iowait.map_or(0, |b| b / 8),
+        iowait_mask: iowait.map_or(0, |b| 1 << (b % 8)),
+        // The split needs the run-queue wait to take out of each gap.
+        offcpu_valid: u32::from(iowait.is_some() && run_delay.is_some()),
     }
 }
 
-/// One process's run-queue wait in one interval (all its threads, all CPUs).
+/// One process's run-queue wait and off-CPU time by reason in one interval (all its
+/// threads, all CPUs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaitCharge {
     pub tgid: u32,
     pub wait_ns: u64,
+    pub io_ns: u64,
+    pub blocked_ns: u64,
+    pub sleep_ns: u64,
+}
+
+impl WaitCharge {
+    fn add(&mut self, v: [u64; 4]) {
+        self.wait_ns += v[0];
+        self.io_ns += v[1];
+        self.blocked_ns += v[2];
+        self.sleep_ns += v[3];
+    }
 }
 
 /// One process's disk bytes in one interval.
@@ -73,6 +91,8 @@ pub struct WaitRaw {
     pub io_exact: Option<Vec<IoCharge>>,
     pub wait_evictions: u64,
     pub wait_evicted_ns: u64,
+    /// Off-CPU time (I/O-blocked, blocked, sleeping) the evictions lost.
+    pub wait_evicted_off_ns: u64,
     pub io_evictions: u64,
     pub io_evicted_bytes: u64,
     /// Waits and I/O charges recorded in the sketches.
@@ -84,18 +104,24 @@ pub struct WaitRaw {
     pub shadow_full: u64,
 }
 
-/// Merge per-CPU wait sketches into one row per process, heaviest first.
+/// Merge per-CPU wait sketches into one row per process, by wait, heaviest first.
 pub fn merge_wait<'a>(sketches: impl IntoIterator<Item = &'a WaitSketch>) -> Vec<WaitCharge> {
-    let mut by: HashMap<u32, u64> = HashMap::new();
+    let mut by: HashMap<u32, WaitCharge> = HashMap::new();
     for sk in sketches {
         for s in sk.stages.iter().flatten().filter(|s| s.tgid != 0) {
-            *by.entry(s.tgid).or_default() += s.wait_ns;
+            by.entry(s.tgid)
+                .or_insert(WaitCharge {
+                    tgid: s.tgid,
+                    ..Default::default()
+                })
+                .add([s.wait_ns, s.io_ns, s.blocked_ns, s.sleep_ns]);
         }
     }
-    let mut v: Vec<WaitCharge> = by
-        .into_iter()
-        .map(|(tgid, wait_ns)| WaitCharge { tgid, wait_ns })
-        .collect();
+    wait_rows(by)
+}
+
+fn wait_rows(by: HashMap<u32, WaitCharge>) -> Vec<WaitCharge> {
+    let mut v: Vec<WaitCharge> = by.into_values().collect();
     v.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.tgid.cmp(&b.tgid)));
     v
 }
@@ -131,7 +157,7 @@ fn io_rows(by: HashMap<u32, (u64, u64)>) -> Vec<IoCharge> {
 pub(super) struct WaitMaps {
     wait: PerCpuArray<MapData, WaitSketch>,
     io: PerCpuArray<MapData, IoSketch>,
-    wait_shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
+    wait_shadow: Option<[PerCpuHashMap<MapData, u32, [u64; 4]>; 2]>,
     io_shadow: Option<[PerCpuHashMap<MapData, u32, [u64; 2]>; 2]>,
 }
 
@@ -192,6 +218,7 @@ impl WaitDrain {
         for s in wait {
             raw.wait_evictions += s.evictions;
             raw.wait_evicted_ns += s.evicted_ns;
+            raw.wait_evicted_off_ns += s.evicted_off_ns;
             raw.wait_updates += s.updates;
             raw.thread_misses += s.thread_misses;
             raw.shadow_full += s.shadow_full;
@@ -219,17 +246,19 @@ impl WaitDrain {
                 .keys()
                 .collect::<Result<_, _>>()
                 .map_err(classify("reading WAIT_SHADOW"))?;
-            let mut rows = Vec::with_capacity(keys.len());
+            let mut by = HashMap::with_capacity(keys.len());
             for k in keys {
                 let v = map.get(&k, 0).map_err(classify("reading WAIT_SHADOW"))?;
-                rows.push(WaitCharge {
+                let e = by.entry(k).or_insert(WaitCharge {
                     tgid: k,
-                    wait_ns: v.iter().sum(),
+                    ..Default::default()
                 });
+                for per_cpu in v.iter() {
+                    e.add(*per_cpu);
+                }
                 map.remove(&k).map_err(classify("clearing WAIT_SHADOW"))?;
             }
-            rows.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.tgid.cmp(&b.tgid)));
-            raw.wait_exact = Some(rows);
+            raw.wait_exact = Some(wait_rows(by));
         }
         if let Some(sh) = m.io_shadow.as_mut() {
             let map = &mut sh[p as usize];
@@ -262,32 +291,33 @@ mod tests {
     fn a_process_in_several_stages_and_cpus_is_summed() {
         let mut a = WaitSketch::default();
         let mut b = WaitSketch::default();
-        a.stages[0][3] = WaitSlot {
-            tgid: 5,
-            flags: 0,
-            wait_ns: 100,
+        let slot = |tgid, wait_ns, io_ns, sleep_ns| WaitSlot {
+            tgid,
+            wait_ns,
+            io_ns,
+            sleep_ns,
+            ..Default::default()
         };
-        a.stages[2][9] = WaitSlot {
-            tgid: 5,
-            flags: 0,
-            wait_ns: 50,
-        };
-        b.stages[1][0] = WaitSlot {
-            tgid: 7,
-            flags: 0,
-            wait_ns: 120,
-        };
+        a.stages[0][3] = slot(5, 100, 7, 1);
+        a.stages[2][9] = slot(5, 50, 3, 0);
+        b.stages[1][0] = slot(7, 120, 0, 9);
         let rows = merge_wait([&a, &b]);
         assert_eq!(
             rows,
             vec![
                 WaitCharge {
                     tgid: 5,
-                    wait_ns: 150
+                    wait_ns: 150,
+                    io_ns: 10,
+                    blocked_ns: 0,
+                    sleep_ns: 1,
                 },
                 WaitCharge {
                     tgid: 7,
-                    wait_ns: 120
+                    wait_ns: 120,
+                    io_ns: 0,
+                    blocked_ns: 0,
+                    sleep_ns: 9,
                 }
             ]
         );

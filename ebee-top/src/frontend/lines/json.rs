@@ -12,7 +12,7 @@ use crate::batch::wait::WaitStats;
 use crate::batch::{Dropped, MemStats, SelfCost};
 use crate::model::mem::MemEntry;
 use crate::model::qos::QosStats;
-use crate::model::wait::{IoEntry, WaitEntry};
+use crate::model::wait::{BlockedEntry, IoEntry, WaitEntry};
 use crate::model::{CpuEntry, Model};
 
 #[derive(Serialize)]
@@ -25,6 +25,10 @@ struct JsonCpu<'a> {
     cpu_ns: u64,
     cpu_pct: f64,
     wait_ns: Option<u64>,
+    /// Off-CPU time by reason (null when not measured, or for a thread row).
+    io_wait_ns: Option<u64>,
+    blocked_ns: Option<u64>,
+    sleep_ns: Option<u64>,
     #[serde(skip_serializing_if = "str::is_empty")]
     cgroup: &'a str,
 }
@@ -63,6 +67,31 @@ struct JsonWait {
     comm: String,
     wait_ns: u64,
     wait_pct: f64,
+}
+
+#[derive(Serialize)]
+struct JsonBlocked {
+    pid: u32,
+    comm: String,
+    io_wait_ns: u64,
+    blocked_ns: u64,
+    sleep_ns: u64,
+    io_wait_pct: f64,
+    blocked_pct: f64,
+}
+
+fn json_blocked(m: &Model, rows: Vec<BlockedEntry>) -> Vec<JsonBlocked> {
+    rows.into_iter()
+        .map(|r| JsonBlocked {
+            pid: r.pid,
+            comm: comm_of(m, r.pid),
+            io_wait_ns: r.io_ns,
+            blocked_ns: r.blocked_ns,
+            sleep_ns: r.sleep_ns,
+            io_wait_pct: r2(r.io_pct),
+            blocked_pct: r2(r.blocked_pct),
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -386,6 +415,7 @@ struct JsonLine<'a> {
     io: Vec<JsonIo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     io_exact: Option<Vec<JsonIo>>,
+    blocked: Vec<JsonBlocked>,
     wait_stats: &'a WaitStats,
     servers: Vec<JsonServer>,
     net: Vec<JsonNet>,
@@ -410,6 +440,9 @@ fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
             // Two decimals are all a share of a CPU needs.
             cpu_pct: (r.cpu_pct * 100.0).round() / 100.0,
             wait_ns: r.wait_ns,
+            io_wait_ns: r.offcpu.as_ref().map(|o| o.io_ns),
+            blocked_ns: r.offcpu.as_ref().map(|o| o.blocked_ns),
+            sleep_ns: r.offcpu.as_ref().map(|o| o.sleep_ns),
         })
         .collect()
 }
@@ -454,6 +487,7 @@ pub fn write_json_host(
         wait_exact: m.wait.top_wait_exact(k).map(|w| json_wait(m, w)),
         io: json_io(m, m.wait.top_io(k)),
         io_exact: m.wait.top_io_exact(k).map(|r| json_io(m, r)),
+        blocked: json_blocked(m, m.wait.top_blocked(k)),
         wait_stats: &b.wait_stats,
         servers: json_servers(m, k),
         net: json_net(m, k),

@@ -345,6 +345,7 @@ pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
         trace: false,
         bpf_stats: !a.no_bpf_stats,
         no_servers: a.no_servers,
+        no_culprits: a.no_culprits,
         stats_sampled: true,
         cgroups: crate::os::cgroup::Want::Auto,
     };

@@ -36,6 +36,16 @@ pub struct ProcEntry {
     /// Share of the last second its threads waited for a CPU (100 = one thread waiting all
     /// the time); frozen at the exit like `cpu_pct`.
     pub wait_pct: f64,
+    /// Off-CPU time per 10 ms cell by reason: blocked on I/O, blocked otherwise, sleeping
+    /// (each interval's sum spread evenly over its cells, as the wait). Charged when the
+    /// thread is back on a CPU, so a long block lands in the interval that ends it.
+    pub iow: Burst,
+    pub blocked: Burst,
+    pub sleep: Burst,
+    /// Shares of the last second (100 = one thread all the time), frozen at the exit.
+    pub iow_pct: f64,
+    pub blocked_pct: f64,
+    pub sleep_pct: f64,
     /// Disk bytes read and written per 10 ms cell, and their rates over the last second.
     pub read: Burst,
     pub write: Burst,
@@ -60,10 +70,22 @@ impl ProcEntry {
 
     /// The oldest cell of any of its histories.
     pub(super) fn first_cell(&self) -> Option<u64> {
-        [&self.burst, &self.wait, &self.read, &self.write]
+        self.histories()
             .into_iter()
             .filter_map(Burst::first_cell)
             .min()
+    }
+
+    fn histories(&self) -> [&Burst; 7] {
+        [
+            &self.burst,
+            &self.wait,
+            &self.read,
+            &self.write,
+            &self.iow,
+            &self.blocked,
+            &self.sleep,
+        ]
     }
 
     /// Update the rates over the last second (cells `first..=now`, `span_ns` long); false when
@@ -77,12 +99,20 @@ impl ProcEntry {
             self.read.window_sum(first, now),
             self.write.window_sum(first, now),
         );
+        let (iow, blocked, sleep) = (
+            self.iow.window_sum(first, now),
+            self.blocked.window_sum(first, now),
+            self.sleep.window_sum(first, now),
+        );
         let span = span_ns as f64;
         self.cpu_pct = cpu as f64 * 100.0 / span;
         self.wait_pct = wait as f64 * 100.0 / span;
         self.read_per_s = read as f64 * 1e9 / span;
         self.write_per_s = write as f64 * 1e9 / span;
-        cpu | wait | read | write != 0
+        self.iow_pct = iow as f64 * 100.0 / span;
+        self.blocked_pct = blocked as f64 * 100.0 / span;
+        self.sleep_pct = sleep as f64 * 100.0 / span;
+        cpu | wait | read | write | iow | blocked | sleep != 0
     }
 
     /// Drop every history cell before `first_kept`.
@@ -92,6 +122,9 @@ impl ProcEntry {
             &mut self.wait,
             &mut self.read,
             &mut self.write,
+            &mut self.iow,
+            &mut self.blocked,
+            &mut self.sleep,
         ] {
             b.trim(first_kept);
         }

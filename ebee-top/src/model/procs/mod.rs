@@ -175,6 +175,20 @@ impl ProcTable {
                 self.charged_now(key, b.end_ns);
             }
         }
+        // Off-CPU time by reason, the same way.
+        for r in &b.offcpu {
+            let key = self.key_of(r.pid, b.end_ns);
+            let cells = |v: u64| self.spread(b, &[], v, interval);
+            let (io, bl, sl) = (cells(r.io_ns), cells(r.blocked_ns), cells(r.sleep_ns));
+            if let Some(e) = self.entries.get_mut(&key) {
+                for (hist, cells) in [(&mut e.iow, io), (&mut e.blocked, bl), (&mut e.sleep, sl)] {
+                    for (c, v) in cells {
+                        hist.add(c, v);
+                    }
+                }
+                self.charged_now(key, b.end_ns);
+            }
+        }
         for pid in &b.pinned {
             if let Some(k) = self.current.get(pid).copied()
                 && let Some(e) = self.entries.get_mut(&k)

@@ -14,6 +14,8 @@ pub enum Order<F> {
     Wait,
     /// Disk bytes read and written per second, then CPU%.
     Io,
+    /// IOW% (blocked on I/O) over the last second, then CPU%.
+    Iow,
     /// Network bytes received and sent per second (from `ranked_by`'s `net`), then CPU%.
     Net,
 }
@@ -90,6 +92,7 @@ impl ProcTable {
                     || e.last_ns > 0
                     || e.exited()
                     || e.wait_pct > 0.0
+                    || e.iow_pct + e.blocked_pct > 0.0
                     || e.read_per_s + e.write_per_s > 0.0
                     || rss(e).is_some()
             })
@@ -101,6 +104,7 @@ impl ProcTable {
                 Order::Rss(_) => rss(e).unwrap_or(0) as f64,
                 Order::Wait => e.wait_pct,
                 Order::Io => e.read_per_s + e.write_per_s,
+                Order::Iow => e.iow_pct,
                 Order::Net => net(e.key.pid).unwrap_or(0.0),
             }
         };

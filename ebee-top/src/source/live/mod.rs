@@ -248,6 +248,8 @@ impl Source for Live {
         pids.extend(exits.iter().map(|e| e.pid));
         let w = &raw.waits;
         let (wait, io) = (wait::wait_rows(&w.wait), wait::io_rows(&w.io));
+        let offcpu = wait::offcpu_rows(&w.wait);
+        pids.extend(offcpu.iter().map(|r| r.pid));
         let wait_exact = w.wait_exact.as_deref().map(wait::wait_rows);
         let io_exact = w.io_exact.as_deref().map(wait::io_rows);
         pids.extend(wait.iter().map(|r| r.pid));
@@ -342,8 +344,10 @@ impl Source for Live {
                 &raw.waits,
                 self.probes.wait_available(),
                 self.probes.io_available(),
+                self.probes.offcpu_available(),
             ),
             wait,
+            offcpu,
             wait_exact,
             io,
             io_exact,
