@@ -48,7 +48,7 @@ fn wait_line() {
     let _ = std::io::stdin().lock().read_line(&mut l);
 }
 
-pub fn run(path: &Path, mib: u64, read: bool, direct: bool, fsync: bool) {
+pub fn run(path: &Path, mib: u64, read: bool, direct: bool, fsync: bool, fsync_each: bool) {
     wait_line();
     let flags = if direct { libc::O_DIRECT } else { 0 };
     let mut buf = Aligned::new(CHUNK);
@@ -90,6 +90,9 @@ pub fn run(path: &Path, mib: u64, read: bool, direct: bool, fsync: bool) {
             .unwrap_or_else(|e| die(&e));
         for _ in 0..mib {
             f.write_all(buf.bytes()).unwrap_or_else(|e| die(&e));
+            if fsync_each {
+                f.sync_all().unwrap_or_else(|e| die(&e));
+            }
         }
         if fsync {
             f.sync_all().unwrap_or_else(|e| die(&e));

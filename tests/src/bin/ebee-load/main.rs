@@ -6,6 +6,7 @@ mod disk;
 mod light;
 mod mem;
 mod net;
+mod offcpu;
 mod syscalls;
 mod threads;
 
@@ -146,6 +147,26 @@ enum Cmd {
         direct: bool,
         #[arg(long)]
         fsync: bool,
+        /// fsync after every 1 MiB request too.
+        #[arg(long)]
+        fsync_each: bool,
+    },
+    /// Two threads handing a token back and forth through a futex-backed condition variable
+    /// every `period_ms` (the one without it waits in the futex, interruptibly), for
+    /// `seconds`.
+    Futex {
+        #[arg(long, default_value_t = 5)]
+        period_ms: u64,
+        #[arg(long)]
+        seconds: f64,
+    },
+    /// vfork a child that sleeps `ms` and exits, in a loop, for `seconds`: the parent waits
+    /// for it in `TASK_KILLABLE` (uninterruptible, killable), the "D" state.
+    VforkWait {
+        #[arg(long, default_value_t = 20)]
+        ms: u64,
+        #[arg(long)]
+        seconds: f64,
     },
     /// A TCP server on 127.0.0.1:`port` answering 4-byte requests with 4 bytes after a delay:
     /// `fast_us`, or `slow_us` for every `slow_every`-th request of a connection. Thread per
@@ -554,7 +575,14 @@ fn main() {
             read,
             direct,
             fsync,
-        } => disk::run(&path, mib, read, direct, fsync),
+            fsync_each,
+        } => disk::run(&path, mib, read, direct, fsync, fsync_each),
+        Cmd::Futex { period_ms, seconds } => {
+            offcpu::futex(Duration::from_millis(period_ms), deadline(Some(seconds)))
+        }
+        Cmd::VforkWait { ms, seconds } => {
+            offcpu::vfork_wait(Duration::from_millis(ms), deadline(Some(seconds)))
+        }
         Cmd::IoMix {
             dir,
             procs,
