@@ -742,7 +742,7 @@ mod tests {
         let c = Cli::try_parse_from(["ebee-top", "serve", "--listen", "unix:m.sock"]).unwrap();
         match c.command {
             Some(Command::Serve(s)) => {
-                assert_eq!(s.listen, ListenAddr::Unix("m.sock".into()));
+                assert_eq!(s.listen, Some(ListenAddr::Unix("m.sock".into())));
                 assert_eq!(s.listen_group, None);
             }
             other => panic!("{other:?}"),

@@ -71,28 +71,40 @@ impl DirOptions {
 }
 
 /// Create DIR (0700) when it is missing; refuse a symlink, a non-directory, or one we cannot
-/// write into. Called before anything is loaded, so its errors are plain lines.
-pub fn prepare(dir: &Path) -> Result<(), DirError> {
-    match std::fs::symlink_metadata(dir) {
+/// write into; returns the directory to write into. Called before anything is loaded, so its
+/// errors are plain lines. The one symlink taken is one systemd made: the unit's
+/// `StateDirectory=` with `DynamicUser=yes` is a link into /var/lib/private, and systemd names
+/// it in `$STATE_DIRECTORY`.
+pub fn prepare(dir: &Path) -> Result<PathBuf, DirError> {
+    let mut dir = dir.to_path_buf();
+    match std::fs::symlink_metadata(&dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::DirBuilder::new()
                 .mode(0o700)
-                .create(dir)
+                .create(&dir)
                 .map_err(|source| DirError::Io {
                     what: "creating",
-                    path: dir.into(),
+                    path: dir.clone(),
                     source,
                 })?;
         }
         Err(source) => {
             return Err(DirError::Io {
                 what: "inspecting",
-                path: dir.into(),
+                path: dir,
                 source,
             });
         }
-        Ok(m) if m.file_type().is_symlink() => return Err(DirError::Symlink(dir.into())),
-        Ok(m) if !m.is_dir() => return Err(DirError::NotDirectory(dir.into())),
+        Ok(m) if m.file_type().is_symlink() => {
+            let expected = std::env::var_os("STATE_DIRECTORY")
+                .is_some_and(|v| std::env::split_paths(&v).any(|p| p == dir));
+            let real = std::fs::canonicalize(&dir).ok();
+            match real {
+                Some(r) if expected && r.is_dir() => dir = r,
+                _ => return Err(DirError::Symlink(dir)),
+            }
+        }
+        Ok(m) if !m.is_dir() => return Err(DirError::NotDirectory(dir)),
         Ok(_) => {}
     }
     // Root passes access(2) checks on permissions, but not a read-only filesystem: try.
@@ -106,12 +118,9 @@ pub fn prepare(dir: &Path) -> Result<(), DirError> {
     match made {
         Ok(_) => {
             let _ = std::fs::remove_file(&probe);
-            Ok(())
+            Ok(dir)
         }
-        Err(source) => Err(DirError::NotWritable {
-            path: dir.into(),
-            source,
-        }),
+        Err(source) => Err(DirError::NotWritable { path: dir, source }),
     }
 }
 
@@ -222,7 +231,7 @@ fn scan(dir: &Path) -> Result<Vec<Finished>, DirError> {
             });
         }
     }
-    out.sort_by(|a, b| sort_key(&a.path).cmp(&sort_key(&b.path)));
+    out.sort_by_key(|f| sort_key(&f.path));
     Ok(out)
 }
 
@@ -390,7 +399,7 @@ impl Sink for DirWriter {
         self.cur.path()
     }
 
-    fn len(&self) -> u64 {
+    fn bytes(&self) -> u64 {
         self.cur.len()
     }
 
@@ -457,7 +466,7 @@ mod tests {
     fn prepare_makes_a_private_dir_and_refuses_what_it_must_not_use() {
         let t = tempfile::tempdir().unwrap();
         let d = t.path().join("rec");
-        prepare(&d).unwrap();
+        assert_eq!(prepare(&d).unwrap(), d);
         let m = std::fs::metadata(&d).unwrap();
         assert!(m.is_dir());
         assert_eq!(m.mode() & 0o777, 0o700);

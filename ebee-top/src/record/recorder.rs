@@ -19,7 +19,7 @@ pub trait Sink: Send {
     /// The file being written.
     fn path(&self) -> &Path;
     /// Bytes in the file being written.
-    fn len(&self) -> u64;
+    fn bytes(&self) -> u64;
     /// Intervals written, all files.
     fn records(&self) -> u64;
     /// Flush everything to the disk.
@@ -33,7 +33,7 @@ impl Sink for Writer {
     fn path(&self) -> &Path {
         Writer::path(self)
     }
-    fn len(&self) -> u64 {
+    fn bytes(&self) -> u64 {
         Writer::len(self)
     }
     fn records(&self) -> u64 {
@@ -114,14 +114,14 @@ impl Recorder {
             .spawn(move || {
                 let mut st = RecStatus {
                     path: Sink::path(&w).display().to_string(),
-                    bytes: w.len(),
+                    bytes: w.bytes(),
                     ..Default::default()
                 };
                 let mut last_dropped = 0;
                 while let Ok(Cmd::Batch(b)) = rx.recv() {
                     let r = w.append(&b);
                     st.records = w.records();
-                    st.bytes = Sink::len(&w);
+                    st.bytes = w.bytes();
                     st.path = Sink::path(&w).display().to_string();
                     st.dropped = dropped_t.load(std::sync::atomic::Ordering::Relaxed);
                     let mut now = st.dropped != last_dropped;

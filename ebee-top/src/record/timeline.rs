@@ -353,7 +353,7 @@ mod tests {
         assert_eq!(tl.range(None, Some(TimeSpec::Unix(t0 + 50))), 0..2);
         // Going back across the boundary decodes as well as forward.
         let mut back = tl.read(39).unwrap();
-        back.wall_ms = 0;
+        back.t_ms = 0;
         assert_eq!(back, want[39]);
     }
 

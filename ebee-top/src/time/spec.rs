@@ -88,6 +88,28 @@ fn local_date(t_ms: u64) -> (i64, i64, i64) {
     )
 }
 
+/// `HH:MM[:SS[.mmm]]`: ms after midnight.
+fn time_of_day(s: &str) -> Result<u64, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let bad = || format!("'{s}' is not a time of day (HH:MM or HH:MM:SS)");
+    if !(2..=3).contains(&parts.len()) {
+        return Err(bad());
+    }
+    let int = |p: &str, max: u64| {
+        p.parse::<u64>()
+            .ok()
+            .filter(|v| *v < max && !p.is_empty() && p.len() <= 2)
+            .ok_or_else(bad)
+    };
+    let h = int(parts[0], 24)?;
+    let m = int(parts[1], 60)?;
+    let sec = match parts.get(2) {
+        Some(p) => secs_ms(p).ok().filter(|v| *v < 60_000).ok_or_else(bad)?,
+        None => 0,
+    };
+    Ok(h * 3_600_000 + m * 60_000 + sec)
+}
+
 /// `YYYY-MM-DD HH:MM[:SS]` (or with `T`): the date and the ms after its midnight.
 fn date_time(s: &str) -> Option<Result<(i64, i64, i64, u64), String>> {
     let b = s.as_bytes();
@@ -100,11 +122,7 @@ fn date_time(s: &str) -> Option<Result<(i64, i64, i64, u64), String>> {
         if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
             return Err(format!("'{s}' is not a date"));
         }
-        let tod = parse_duration_ms(s[11..].trim())?;
-        if tod >= DAY_MS || !s[11..].contains(':') {
-            return Err(format!("'{}' is not a time of day", &s[11..]));
-        }
-        Ok((y, m, d, tod))
+        Ok((y, m, d, time_of_day(s[11..].trim())?))
     };
     Some(parse())
 }
@@ -212,10 +230,7 @@ impl std::str::FromStr for TimeSpec {
             };
         }
         if t.contains(':') {
-            let ms = parse_duration_ms(t)?;
-            if ms >= DAY_MS {
-                return Err(format!("'{s}' is not a time of day"));
-            }
+            let ms = time_of_day(t)?;
             return Ok(match z {
                 Zone::Utc => Self::TimeOfDay(ms),
                 Zone::Local => Self::LocalTimeOfDay(ms),
@@ -328,6 +343,11 @@ mod tests {
         // After midnight: the next day.
         assert_eq!(p("00:00:00"), first + 6_400_000);
         assert!("25:00:00".parse::<TimeSpec>().is_err());
+        assert!("12:60".parse::<TimeSpec>().is_err());
+        assert_eq!(
+            "02:47".parse::<TimeSpec>(),
+            Ok(TimeSpec::TimeOfDay(10_020_000))
+        );
         // A date and time, UTC by default or with Z / UTC.
         assert_eq!(p("2023-11-14 22:13:30"), first + 10_000);
         assert_eq!(p("2023-11-14T22:13:30Z"), first + 10_000);

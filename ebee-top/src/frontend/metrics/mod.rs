@@ -359,17 +359,11 @@ pub fn serve(a: &ServeArgs, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let recorder = match &a.record_dir {
         Some(dir) => {
             let opts = DirOptions {
-                dir: dir.clone(),
+                dir: crate::record::dir::prepare(dir)?,
                 retain: a.retain,
                 retain_for: a.retain_for,
             };
             let w = DirWriter::create(opts, local_meta(a.delay))?;
-            eprintln!(
-                "ebee-top: recording into {} (a new file every hour; at most {} MiB, {} kept)",
-                dir.display(),
-                a.retain >> 20,
-                crate::time::fmt_span(a.retain_for.as_millis() as u64)
-            );
             Some(
                 Recorder::start(w, super::recording::stderr_notify())
                     .context("starting the recorder thread")?,
@@ -397,6 +391,14 @@ pub fn serve(a: &ServeArgs, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
         }
         None => None,
     };
+    if let Some(dir) = &a.record_dir {
+        eprintln!(
+            "ebee-top: recording into {} (a new file every hour; at most {} MiB, {} kept)",
+            dir.display(),
+            a.retain >> 20,
+            crate::time::fmt_span(a.retain_for.as_millis() as u64)
+        );
+    }
     let mut source = wrap(source, metrics.as_ref());
     while !quit.load(Ordering::Relaxed) {
         if source.next_batch()?.is_none() {
