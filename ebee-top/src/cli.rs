@@ -268,12 +268,31 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("job").args(["listen", "record_dir"]).required(true)
+    .multiple(true)))]
 pub struct ServeArgs {
     /// Where to serve the metrics: an IP address and port (127.0.0.1:9477, [::1]:9477;
     /// 0.0.0.0:9477 exposes them to the network), or a unix socket: unix:PATH (mode 0660, see
     /// --listen-group).
     #[arg(long, value_name = "ADDR:PORT|unix:PATH", value_parser = parse_listen)]
-    pub listen: ListenAddr,
+    pub listen: Option<ListenAddr>,
+
+    /// Flight recorder: record every interval into DIR without end (created 0700 if
+    /// missing), a new file every hour, the oldest files deleted to keep within --retain and
+    /// --retain-for. `ebee-top replay DIR` plays the folder as one timeline.
+    #[arg(long, value_name = "DIR")]
+    pub record_dir: Option<PathBuf>,
+
+    /// With --record-dir: most space the recordings may take on disk (K, M, G, T; at least
+    /// 1M).
+    #[arg(long, value_name = "SIZE", default_value = "1G", requires = "record_dir",
+          value_parser = parse_retain)]
+    pub retain: u64,
+
+    /// With --record-dir: delete recordings older than this (like 7d, 36h, 90m).
+    #[arg(long, value_name = "DURATION", default_value = "7d", requires = "record_dir",
+          value_parser = parse_retain_for)]
+    pub retain_for: Duration,
 
     /// With --listen unix:PATH: the group of the socket file (a name or a gid), whose members
     /// may connect; default the group ebee-top runs as.
@@ -317,15 +336,17 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// The recording.
+    /// The recording: a file, or a flight recorder's folder (`serve --record-dir`), played as
+    /// one timeline.
     pub file: PathBuf,
 
     /// Playback speed, 0.25 to 16.
     #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
     pub speed: f64,
 
-    /// Start at this time: HH:MM[:SS] (UTC, as on screen), +DUR from the start, -DUR before
-    /// the end, or @UNIX_SECONDS.
+    /// Start at this time: HH:MM[:SS] (UTC, as on screen; its latest occurrence), HH:MM local,
+    /// YYYY-MM-DD HH:MM[:SS] (UTC, or add "local"), +DUR from the start, -DUR before the end,
+    /// or @UNIX_SECONDS.
     #[arg(long, value_name = "T", allow_hyphen_values = true)]
     pub from: Option<TimeSpec>,
 
@@ -378,7 +399,7 @@ pub enum Table {
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// The recording.
+    /// The recording: a file, or a flight recorder's folder, exported as one timeline.
     pub file: PathBuf,
 
     #[arg(long, value_enum, default_value_t = ExportFormat::Json)]
@@ -401,6 +422,9 @@ pub struct ExportArgs {
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub top: u32,
 }
+
+/// Smallest --retain: a few files of the flight recorder.
+pub const MIN_RETAIN: u64 = 1 << 20;
 
 /// Smallest --record-max-size: room for the header and a few records.
 pub const MIN_RECORD_SIZE: u64 = 64 * 1024;
@@ -428,6 +452,22 @@ fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("'{s}' must be between 64K and an exabyte"));
     }
     Ok(bytes as u64)
+}
+
+fn parse_retain(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if v < MIN_RETAIN {
+        return Err(format!("'{s}' is below the smallest budget, 1M"));
+    }
+    Ok(v)
+}
+
+fn parse_retain_for(s: &str) -> Result<Duration, String> {
+    let ms = crate::time::parse_duration_ms(s)?;
+    if ms < 60_000 {
+        return Err(format!("'{s}' is shorter than a minute"));
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 fn parse_speed(s: &str) -> Result<f64, String> {
@@ -599,8 +639,12 @@ mod tests {
         let c = Cli::try_parse_from(["ebee-top", "serve", "--listen", "0.0.0.0:9477"]).unwrap();
         match c.command {
             Some(Command::Serve(s)) => {
-                assert_eq!(s.listen, ListenAddr::Tcp("0.0.0.0:9477".parse().unwrap()));
+                assert_eq!(
+                    s.listen,
+                    Some(ListenAddr::Tcp("0.0.0.0:9477".parse().unwrap()))
+                );
                 assert_eq!(s.delay, Duration::from_secs(1));
+                assert_eq!(s.record_dir, None);
                 assert_eq!(s.metrics_top, DEFAULT_METRICS_TOP);
             }
             other => panic!("{other:?}"),
@@ -618,12 +662,69 @@ mod tests {
                 "501",
             ],
             &["ebee-top", "serve"],
+            &["ebee-top", "serve", "--retain", "2G"],
+            &["ebee-top", "serve", "--record-dir", "d", "--retain", "100K"],
+            &[
+                "ebee-top",
+                "serve",
+                "--record-dir",
+                "d",
+                "--retain-for",
+                "10s",
+            ],
+            &[
+                "ebee-top",
+                "serve",
+                "--listen",
+                "127.0.0.1:1",
+                "--retain-for",
+                "1d",
+            ],
             &["ebee-top", "-b", "serve", "--listen", "127.0.0.1:1"],
             &["ebee-top", "--listen", "unix:"],
             &["ebee-top", "--listen", "unix:/run/"],
             &["ebee-top", "--listen-group", "prometheus"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn the_flight_recorder_flags() {
+        let c = Cli::try_parse_from(["ebee-top", "serve", "--record-dir", "/var/lib/ebee-top"])
+            .unwrap();
+        match c.command {
+            Some(Command::Serve(s)) => {
+                assert_eq!(s.listen, None);
+                assert_eq!(
+                    s.record_dir.as_deref(),
+                    Some(std::path::Path::new("/var/lib/ebee-top"))
+                );
+                assert_eq!(s.retain, 1 << 30);
+                assert_eq!(s.retain_for, Duration::from_secs(7 * 86_400));
+            }
+            other => panic!("{other:?}"),
+        }
+        let c = Cli::try_parse_from([
+            "ebee-top",
+            "serve",
+            "--listen",
+            "127.0.0.1:9477",
+            "--record-dir",
+            "d",
+            "--retain",
+            "250M",
+            "--retain-for",
+            "36h",
+        ])
+        .unwrap();
+        match c.command {
+            Some(Command::Serve(s)) => {
+                assert!(s.listen.is_some());
+                assert_eq!(s.retain, 250 << 20);
+                assert_eq!(s.retain_for, Duration::from_secs(36 * 3600));
+            }
+            other => panic!("{other:?}"),
         }
     }
 
@@ -650,7 +751,7 @@ mod tests {
         let c = Cli::try_parse_from(["ebee-top", "serve", "--listen", "unix:m.sock"]).unwrap();
         match c.command {
             Some(Command::Serve(s)) => {
-                assert_eq!(s.listen, ListenAddr::Unix("m.sock".into()));
+                assert_eq!(s.listen, Some(ListenAddr::Unix("m.sock".into())));
                 assert_eq!(s.listen_group, None);
             }
             other => panic!("{other:?}"),

@@ -31,6 +31,10 @@ pub const CANNOT_LISTEN: i32 = 9;
 /// key or CA that does not load, a key that does not match its certificate, a hash not bcrypt.
 pub const BAD_WEB_CONFIG: i32 = 10;
 
+/// The flight recorder's folder (`serve --record-dir`) is a symlink, not a directory, or not
+/// writable.
+pub const BAD_RECORD_DIR: i32 = 11;
+
 /// The exit code for an error, from the first typed cause in its chain.
 pub fn code_for(err: &anyhow::Error) -> i32 {
     use crate::probes::{ProbeError, qos::PinError};
@@ -46,6 +50,12 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
             .is_some()
         {
             return BAD_WEB_CONFIG;
+        }
+        if cause
+            .downcast_ref::<crate::record::dir::DirError>()
+            .is_some()
+        {
+            return BAD_RECORD_DIR;
         }
         if let Some(p) = cause.downcast_ref::<ProbeError>() {
             return match p {

@@ -38,9 +38,18 @@ fn run(cli: &Cli, cfg: &frontend::config::Loaded) -> anyhow::Result<()> {
         Some(Command::Replay(a)) => return frontend::replay::run(a, cfg),
         Some(Command::Export(a)) => return frontend::export::run(a),
         Some(Command::Serve(a)) => {
-            // The port first: a port in use is one line before anything is loaded.
-            let endpoint = frontend::metrics::Endpoint::bind(&a.listen, a.listen_group.as_deref())?
-                .secure(a.web_config.as_deref())?;
+            // The port and the folder first: a port in use or a folder we must not write
+            // into is one line before anything is loaded.
+            let endpoint = match &a.listen {
+                Some(l) => Some(
+                    frontend::metrics::Endpoint::bind(l, a.listen_group.as_deref())?
+                        .secure(a.web_config.as_deref())?,
+                ),
+                None => None,
+            };
+            if let Some(d) = &a.record_dir {
+                ebee_top::record::dir::prepare(d)?;
+            }
             ebee_top::probes::preflight::check_live()?;
             return frontend::metrics::serve(a, endpoint);
         }

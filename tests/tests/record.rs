@@ -16,7 +16,7 @@ use ebee_top::model::Model;
 use ebee_top::probes::ProbeConfig;
 use ebee_top::record::codec::rounded;
 use ebee_top::record::writer::{RecordOptions, Writer, local_meta};
-use ebee_top::record::{Reader, Recorder};
+use ebee_top::record::{Reader, Recorder, Timeline};
 use ebee_top::source::replay::Replay;
 use ebee_top::source::{Live, Source, Tee};
 
@@ -87,8 +87,8 @@ fn a_recorded_live_run_replays_the_same_frames_model_and_screens() {
         "the churn produced exits"
     );
 
-    let mut replay = Replay::new(Reader::open(&path).unwrap(), &path, 1.0, false);
-    assert!(replay.reader().damage().is_empty());
+    let mut replay = Replay::new(Timeline::open(&path).unwrap(), &path, 1.0, false);
+    assert!(replay.timeline().notes().is_empty());
     let mut app = App::new(20, interval);
     let mut live_model = Model::new();
     for (i, want) in live_batches.iter().enumerate() {

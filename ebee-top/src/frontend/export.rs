@@ -268,14 +268,22 @@ pub fn run(a: &ExportArgs) -> anyhow::Result<()> {
             let b = match r.read(i) {
                 Ok(b) => b,
                 Err(e) => {
-                    let off = r.entries()[i].offset;
                     eprintln!(
-                        "ebee-top: warning: {}: record at byte {off}: {e}; skipped",
-                        a.file.display()
+                        "ebee-top: warning: {}: {}: {e}; skipped",
+                        a.file.display(),
+                        r.describe(i)
                     );
                     continue;
                 }
             };
+            let gap = r.gap_before(i);
+            if gap > 0 && i > span.start {
+                eprintln!(
+                    "ebee-top: note: nothing recorded for {} before {} UTC",
+                    crate::time::fmt_span(gap),
+                    crate::time::fmt_wall(r.t_ms(i))
+                );
+            }
             model.ingest(&b);
             if i < span.start {
                 continue;

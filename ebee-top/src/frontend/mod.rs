@@ -26,7 +26,7 @@ use anyhow::Context as _;
 use crate::app::ColorMode;
 use crate::cli::{Cli, ColorArg, ScreenArgs};
 use crate::probes::ProbeConfig;
-use crate::record::Reader;
+use crate::record::Timeline;
 use crate::source::{Live, Source as _};
 use crate::view::theme::{Colors, Theme};
 
@@ -80,14 +80,15 @@ pub fn signal_flag() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
-/// Open a recording to play or export: the damage found in it goes to stderr, one line each,
-/// and a recording with no complete interval is refused (the typed error gives the exit code).
-pub fn open_recording(path: &Path) -> anyhow::Result<Reader<std::fs::File>> {
-    let r = Reader::open(path)?;
-    for d in r.damage() {
+/// Open a recording (a file, or a flight recorder's folder as one timeline) to play or
+/// export: the damage found goes to stderr, one line each, and a recording with no complete
+/// interval is refused (the typed error gives the exit code).
+pub fn open_recording(path: &Path) -> anyhow::Result<Timeline> {
+    let tl = Timeline::open(path)?;
+    for d in tl.notes() {
         eprintln!("ebee-top: warning: {}: {d}", path.display());
     }
-    Ok(r.nonempty(path)?)
+    Ok(tl)
 }
 
 /// How the screen is drawn, from `--color`, `--ascii` and the environment (NO_COLOR,

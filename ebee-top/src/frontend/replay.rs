@@ -23,7 +23,7 @@ pub fn run(a: &ReplayArgs, cfg: &super::config::Loaded) -> anyhow::Result<()> {
     }
     let (tx, rx) = mpsc::channel::<Msg>();
     let (ctl_tx, ctl_rx) = mpsc::channel::<ReplayCmd>();
-    let interval = Duration::from_nanos(replay.reader().meta().interval_ns.max(1));
+    let interval = Duration::from_nanos(replay.timeline().meta().interval_ns.max(1));
     let mut app = App::new(a.top as usize, interval);
     super::apply_config(&mut app, cfg, &a.screen);
     app.users = crate::os::details::users();

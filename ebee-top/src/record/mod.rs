@@ -4,16 +4,20 @@
 
 pub mod codec;
 pub mod columns;
+pub mod dir;
 pub mod format;
 pub mod rc;
 pub mod reader;
 pub mod recorder;
+pub mod timeline;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
 
+pub use format::Meta;
 pub use reader::{Damage, Reader};
 pub use recorder::{RecStatus, Recorder, Tap};
+pub use timeline::Timeline;
 pub use writer::{RecordOptions, Writer};
 
 /// A recording file that cannot be used. Each variant maps to an exit code (exit.rs).

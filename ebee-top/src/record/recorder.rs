@@ -5,8 +5,44 @@
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 
+use std::path::Path;
+
+use super::RecordError;
 use super::writer::{Appended, Writer};
 use crate::batch::Batch;
+
+/// Where a Recorder writes: one file (`--record`, with its own rotation) or the flight
+/// recorder's folder (`serve --record-dir`).
+pub trait Sink: Send {
+    /// Append one interval.
+    fn append(&mut self, b: &Batch) -> Result<Appended, RecordError>;
+    /// The file being written.
+    fn path(&self) -> &Path;
+    /// Bytes in the file being written.
+    fn bytes(&self) -> u64;
+    /// Intervals written, all files.
+    fn records(&self) -> u64;
+    /// Flush everything to the disk.
+    fn sync(&mut self) -> Result<(), RecordError>;
+}
+
+impl Sink for Writer {
+    fn append(&mut self, b: &Batch) -> Result<Appended, RecordError> {
+        Writer::append(self, b)
+    }
+    fn path(&self) -> &Path {
+        Writer::path(self)
+    }
+    fn bytes(&self) -> u64 {
+        Writer::len(self)
+    }
+    fn records(&self) -> u64 {
+        Writer::records(self)
+    }
+    fn sync(&mut self) -> Result<(), RecordError> {
+        Writer::sync(self)
+    }
+}
 
 /// Batches queued for the disk before new ones are dropped (5 s at the default 50 ms).
 pub const QUEUE: usize = 100;
@@ -69,7 +105,7 @@ const NOTIFY_EVERY: u64 = 20;
 
 impl Recorder {
     /// Start the thread that writes through `w`.
-    pub fn start(mut w: Writer, mut notify: Notify) -> std::io::Result<Self> {
+    pub fn start(mut w: impl Sink + 'static, mut notify: Notify) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::sync_channel::<Cmd>(QUEUE);
         let dropped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let dropped_t = dropped.clone();
@@ -77,15 +113,16 @@ impl Recorder {
             .name("recorder".into())
             .spawn(move || {
                 let mut st = RecStatus {
-                    path: w.path().display().to_string(),
-                    bytes: w.len(),
+                    path: Sink::path(&w).display().to_string(),
+                    bytes: w.bytes(),
                     ..Default::default()
                 };
                 let mut last_dropped = 0;
                 while let Ok(Cmd::Batch(b)) = rx.recv() {
                     let r = w.append(&b);
                     st.records = w.records();
-                    st.bytes = w.len();
+                    st.bytes = w.bytes();
+                    st.path = Sink::path(&w).display().to_string();
                     st.dropped = dropped_t.load(std::sync::atomic::Ordering::Relaxed);
                     let mut now = st.dropped != last_dropped;
                     last_dropped = st.dropped;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::Source;
 use crate::batch::Batch;
 use crate::model::{HISTORY_WARMUP_MS, Model, WARMUP_INTERVALS};
-use crate::record::{Damage, Reader};
+use crate::record::Timeline;
 use crate::time::TimeSpec;
 
 /// Playback speeds, slowest first.
@@ -53,6 +53,13 @@ pub struct ReplayStatus {
     pub damage: String,
     /// Intervals that could not be decoded while playing.
     pub skipped: u64,
+    /// Nothing was recorded for this long before the interval on screen, ms (0: no gap).
+    pub gap_ms: u64,
+    /// Stretches with nothing recorded in the whole timeline, and their total length, ms.
+    pub gaps: usize,
+    pub gaps_ms: u64,
+    /// Recording files played as one timeline (more than 1 for a flight recorder's folder).
+    pub files: usize,
 }
 
 /// How the App's Model changes with an update.
@@ -87,8 +94,10 @@ impl std::fmt::Debug for ReplayUpdate {
 
 /// A recording as a Source.
 pub struct Replay {
-    reader: Reader<std::fs::File>,
+    tl: Timeline,
     path: PathBuf,
+    /// Gaps in the timeline: (count, total ms).
+    gaps: (usize, u64),
     /// Index of the next interval to show.
     next: usize,
     shown: Option<usize>,
@@ -102,7 +111,7 @@ pub struct Replay {
 }
 
 /// One line summing up what `damage` lists.
-fn damage_line(d: &[Damage]) -> String {
+fn damage_line(d: &[String]) -> String {
     match d {
         [] => String::new(),
         [one] => one.to_string(),
@@ -111,16 +120,20 @@ fn damage_line(d: &[Damage]) -> String {
 }
 
 impl Replay {
-    /// Play `reader` (opened from `path`, holding at least one interval). `paced`: wait
+    /// Play `tl` (opened from `path`, holding at least one interval). `paced`: wait
     /// between intervals as recorded (divided by the speed); otherwise deliver at once.
-    pub fn new(reader: Reader<std::fs::File>, path: &Path, speed: f64, paced: bool) -> Self {
+    pub fn new(tl: Timeline, path: &Path, speed: f64, paced: bool) -> Self {
         let speed = SPEEDS
             .iter()
             .position(|s| *s >= speed)
             .unwrap_or(SPEEDS.len() - 1);
         Self {
-            damage: damage_line(reader.damage()),
-            reader,
+            damage: damage_line(tl.notes()),
+            gaps: {
+                let g = tl.gaps();
+                (g.len(), g.iter().map(|(_, ms)| ms).sum())
+            },
+            tl,
             path: path.into(),
             next: 0,
             shown: None,
@@ -132,43 +145,46 @@ impl Replay {
         }
     }
 
-    pub fn reader(&self) -> &Reader<std::fs::File> {
-        &self.reader
+    pub fn timeline(&self) -> &Timeline {
+        &self.tl
     }
 
     pub fn status(&self) -> ReplayStatus {
-        let e = self.reader.entries();
-        let t = |i: usize| e.get(i).map_or(0, |x| x.head.t_ms);
+        let len = self.tl.len();
+        let t = |i: usize| self.tl.t_ms(i);
         ReplayStatus {
             file: self.path.display().to_string(),
-            host: self.reader.meta().host.clone(),
+            host: self.tl.meta().host.clone(),
             shown: self.shown,
-            len: e.len(),
+            len,
             t_ms: self.shown.map_or(t(0), t),
             first_ms: t(0),
-            last_ms: t(e.len().saturating_sub(1)),
+            last_ms: t(len.saturating_sub(1)),
             speed: SPEEDS[self.speed],
             paused: self.paused,
-            at_end: self.next >= e.len(),
+            at_end: self.next >= len,
             damage: self.damage.clone(),
             skipped: self.skipped,
+            gap_ms: self.shown.map_or(0, |i| self.tl.gap_before(i)),
+            gaps: self.gaps.0,
+            gaps_ms: self.gaps.1,
+            files: self.tl.files(),
         }
     }
 
     /// Recorded time between intervals `a` and `b`, at the current speed.
     fn gap(&self, a: usize, b: usize) -> Duration {
-        let e = self.reader.entries();
-        let (Some(x), Some(y)) = (e.get(a), e.get(b)) else {
+        if a >= self.tl.len() || b >= self.tl.len() {
             return Duration::ZERO;
-        };
-        let ms = y.head.t_ms.saturating_sub(x.head.t_ms);
+        }
+        let ms = self.tl.t_ms(b).saturating_sub(self.tl.t_ms(a));
         Duration::from_millis(ms)
             .min(MAX_GAP)
             .div_f64(SPEEDS[self.speed])
     }
 
     fn decode(&mut self, i: usize) -> Option<Batch> {
-        match self.reader.read(i) {
+        match self.tl.read(i) {
             Ok(b) => Some(b),
             Err(_) => {
                 self.skipped += 1;
@@ -182,8 +198,8 @@ impl Replay {
     /// minute of burst history: `HISTORY_WARMUP_MS` of recorded time).
     fn model_at(&mut self, target: usize) -> Model {
         let mut m = Model::new();
-        let t = self.reader.entries().get(target).map_or(0, |e| e.head.t_ms);
-        let by_time = self.reader.index_at_ms(t.saturating_sub(HISTORY_WARMUP_MS));
+        let t = self.tl.t_ms(target);
+        let by_time = self.tl.index_at_ms(t.saturating_sub(HISTORY_WARMUP_MS));
         let first = target.saturating_sub(WARMUP_INTERVALS).min(by_time);
         for i in first..=target {
             if let Some(b) = self.decode(i) {
@@ -195,7 +211,7 @@ impl Replay {
 
     /// Show interval `target` (clamped); the Model is rebuilt for it.
     fn jump(&mut self, target: usize) -> Apply {
-        let Some(last) = self.reader.len().checked_sub(1) else {
+        let Some(last) = self.tl.len().checked_sub(1) else {
             return Apply::None;
         };
         let target = target.min(last);
@@ -207,9 +223,9 @@ impl Replay {
     }
 
     fn index_at(&self, t_ms: u64) -> usize {
-        self.reader
+        self.tl
             .index_at_ms(t_ms)
-            .min(self.reader.len().saturating_sub(1))
+            .min(self.tl.len().saturating_sub(1))
     }
 
     /// Apply one command from the UI.
@@ -237,7 +253,7 @@ impl Replay {
                 self.paused = true;
                 match self.shown {
                     // One forward from where we are: fold it in, as live.
-                    Some(s) if n == 1 && s + 1 < self.reader.len() => self.advance(),
+                    Some(s) if n == 1 && s + 1 < self.tl.len() => self.advance(),
                     None if n > 0 => self.advance(),
                     Some(s) => {
                         let t = (s as i64).saturating_add(n).max(0) as usize;
@@ -266,7 +282,7 @@ impl Replay {
 
     /// Show the next decodable interval, folded into the Model as live.
     fn advance(&mut self) -> Apply {
-        while self.next < self.reader.len() {
+        while self.next < self.tl.len() {
             let i = self.next;
             self.next += 1;
             if let Some(b) = self.decode(i) {
@@ -281,7 +297,7 @@ impl Replay {
 
     /// How long until the next interval is due; None when paused or at the end.
     fn wait(&self) -> Option<Duration> {
-        if self.paused || self.next >= self.reader.len() {
+        if self.paused || self.next >= self.tl.len() {
             return None;
         }
         Some(self.due.saturating_duration_since(Instant::now()))
@@ -292,7 +308,7 @@ impl Source for Replay {
     /// The next interval, when it is due at the current speed (at once when not paced).
     fn next_batch(&mut self) -> anyhow::Result<Option<Batch>> {
         loop {
-            if self.next >= self.reader.len() {
+            if self.next >= self.tl.len() {
                 return Ok(None);
             }
             if self.paced {
@@ -382,7 +398,7 @@ mod tests {
     }
 
     fn open(path: &Path) -> Replay {
-        Replay::new(Reader::open(path).unwrap(), path, 1.0, false)
+        Replay::new(Timeline::open(path).unwrap(), path, 1.0, false)
     }
 
     fn batch_of(a: Apply) -> Batch {

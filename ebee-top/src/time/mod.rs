@@ -40,6 +40,17 @@ pub fn fmt_wall(t_ms: u64) -> String {
     )
 }
 
+/// A length of time as an operator reads it: `45s`, `12m 5s`, `3h 20m`, `2d 4h`.
+pub fn fmt_span(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{:.1}s", ms as f64 / 1000.0),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {}m", s / 3600, s / 60 % 60),
+        _ => format!("{}d {}h", s / 86_400, s / 3600 % 24),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,6 +58,10 @@ mod tests {
     #[test]
     fn wall_clock_format() {
         assert_eq!(fmt_wall(3_723_004), "01:02:03.004");
+        assert_eq!(fmt_span(1_500), "1.5s");
+        assert_eq!(fmt_span(725_000), "12m 5s");
+        assert_eq!(fmt_span(12_000_000), "3h 20m");
+        assert_eq!(fmt_span(187_200_000), "2d 4h");
     }
 
     #[test]

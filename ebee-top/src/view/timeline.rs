@@ -11,7 +11,7 @@ use ratatui::{
 
 use crate::app::App;
 use crate::app::{REPLAY_KEYS as KEYS, ReplayControl};
-use crate::time::fmt_wall;
+use crate::time::{fmt_span, fmt_wall};
 use crate::view::theme::Theme;
 
 /// Lines this region needs.
@@ -107,11 +107,17 @@ fn lines(r: &ReplayControl, width: u16) -> Vec<Line<'static>> {
         fmt_wall(s.t_ms),
         s.len
     );
-    let right = format!(
-        "  {} \u{2192} {}",
-        fmt_wall(s.first_ms),
-        fmt_wall(s.last_ms)
-    );
+    // A folder of recordings can span days: then the ends carry their dates.
+    let days = s.first_ms / 86_400_000 != s.last_ms / 86_400_000;
+    let end = |t: u64| {
+        if days {
+            let (_, m, d, ..) = crate::record::dir::civil(t / 1000);
+            format!("{m:02}-{d:02} {}", &fmt_wall(t)[..8])
+        } else {
+            fmt_wall(t)
+        }
+    };
+    let right = format!("  {} \u{2192} {} UTC", end(s.first_ms), end(s.last_ms));
     let room = (width as usize).saturating_sub(left.chars().count() + right.chars().count());
     let first = Line::from(vec![
         Span::styled(left, Style::default().add_modifier(Modifier::BOLD)),
@@ -120,10 +126,20 @@ fn lines(r: &ReplayControl, width: u16) -> Vec<Line<'static>> {
     ]);
     let second = if let Some(p) = &r.prompt {
         Line::from(format!(
-            "go to (HH:MM:SS UTC, +DUR, -DUR, @UNIX): {p}\u{2588}   Enter go, Esc cancel"
+            "go to (HH:MM UTC, HH:MM local, YYYY-MM-DD HH:MM, +DUR, -DUR): {p}\u{2588}   \
+             Enter go, Esc cancel"
         ))
     } else if let Some(e) = &r.prompt_error {
         Line::styled(e.clone(), Style::default().add_modifier(Modifier::BOLD))
+    } else if s.gap_ms > 0 {
+        Line::styled(
+            format!(
+                "\u{26a0} gap: nothing was recorded for {} before this interval (ebee-top was \
+                 not running)",
+                fmt_span(s.gap_ms)
+            ),
+            Style::default().add_modifier(Modifier::BOLD),
+        )
     } else if !s.damage.is_empty() || s.skipped > 0 {
         let mut t = s.damage.clone();
         if s.skipped > 0 {
@@ -134,7 +150,19 @@ fn lines(r: &ReplayControl, width: u16) -> Vec<Line<'static>> {
             Style::default().add_modifier(Modifier::BOLD),
         )
     } else {
-        Line::from(format!("{}  {KEYS}", s.file))
+        let mut what = s.file.clone();
+        if s.files > 1 {
+            what.push_str(&format!(" ({} files", s.files));
+            if s.gaps > 0 {
+                what.push_str(&format!(
+                    ", {} gaps of {} in all",
+                    s.gaps,
+                    fmt_span(s.gaps_ms)
+                ));
+            }
+            what.push(')');
+        }
+        Line::from(format!("{what}  {KEYS}"))
     };
     vec![first, second]
 }
@@ -190,5 +218,45 @@ mod tests {
         assert!(t[1].contains("ends early"));
         c.prompt = Some("+90".into());
         assert!(text(&c)[1].contains("go to") && text(&c)[1].contains("+90"));
+    }
+
+    #[test]
+    fn a_folder_shows_its_files_its_days_and_its_gaps() {
+        let day = 86_400_000;
+        let mut c = ReplayControl::new(ReplayStatus {
+            file: "/var/lib/ebee-top".into(),
+            shown: Some(4),
+            len: 10,
+            first_ms: 1_700_000_000_000 - day,
+            t_ms: 1_700_000_000_000,
+            last_ms: 1_700_000_000_000,
+            files: 25,
+            gaps: 2,
+            gaps_ms: 1_500_000,
+            ..Default::default()
+        });
+        let text = |c: &ReplayControl| {
+            lines(c, 160)
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+        };
+        let t = text(&c);
+        assert!(
+            t[0].contains("11-13 22:13:20 \u{2192} 11-14 22:13:20 UTC"),
+            "{}",
+            t[0]
+        );
+        assert!(
+            t[1].contains("(25 files, 2 gaps of 25m 0s in all)"),
+            "{}",
+            t[1]
+        );
+        c.status.gap_ms = 1_200_000;
+        assert!(
+            text(&c)[1].contains("nothing was recorded for 20m 0s"),
+            "{:?}",
+            text(&c)
+        );
     }
 }

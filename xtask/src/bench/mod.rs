@@ -15,6 +15,7 @@ mod rate;
 mod record;
 mod scale;
 mod servers;
+mod soak;
 mod switch;
 mod waits;
 
@@ -162,6 +163,17 @@ pub enum Which {
         #[arg(long, default_value_t = 100_000)]
         redis_requests: u64,
     },
+    /// The flight recorder, accelerated: `serve --record-dir` at 10 ms on the busy load with a
+    /// small budget, killed with SIGKILL twice and restarted; disk use against the budget,
+    /// RSS and descriptors over time, every retained interval read back, each kill's loss.
+    Soak {
+        /// Minutes in all (the kills fall at a third and two thirds).
+        #[arg(long, default_value_t = 60)]
+        minutes: u64,
+        /// The budget (`--retain`), MiB.
+        #[arg(long, default_value_t = 64)]
+        retain_mib: u64,
+    },
     /// Size of a recording per hour (and its encode/decode cost) on a busy and a moderate
     /// machine, at the default interval and longer ones.
     Record {
@@ -197,6 +209,10 @@ pub fn run(which: Which) -> Result<()> {
             round_trips,
         } => switch::run(rounds, round_trips),
         Which::Scale { seconds } => scale::run(seconds),
+        Which::Soak {
+            minutes,
+            retain_mib,
+        } => soak::run(minutes, retain_mib),
         Which::Overhead { calls, rounds } => overhead::run(calls, rounds),
         Which::Qos { clients, requests } => qos::run(&clients, requests),
         Which::Record { seconds } => record::run(seconds),

@@ -37,7 +37,10 @@ use anyhow::Context as _;
 use crate::batch::Batch;
 use crate::cli::{ListenAddr, ServeArgs};
 use crate::probes::ProbeConfig;
-use crate::source::{Live, Source};
+use crate::record::Recorder;
+use crate::record::dir::{DirOptions, DirWriter};
+use crate::record::writer::local_meta;
+use crate::source::{Live, Source, Tee};
 
 pub use meter::{Meter, Section};
 
@@ -338,7 +341,7 @@ pub fn start(endpoint: Option<Endpoint>, k: u32) -> anyhow::Result<Option<Metric
 
 /// `ebee-top serve`: load, then fold every interval into the endpoint until SIGTERM, SIGINT or
 /// SIGHUP. No terminal; messages go to stderr.
-pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
+pub fn serve(a: &ServeArgs, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let quit = super::signal_flag()?;
     let cfg = ProbeConfig {
         shadow: false,
@@ -353,20 +356,61 @@ pub fn serve(a: &ServeArgs, endpoint: Endpoint) -> anyhow::Result<()> {
     if !a.pids.is_empty() {
         live.set_pins(&a.pids)?;
     }
-    let metrics = Metrics::start(endpoint, a.metrics_top as usize)?;
-    eprintln!(
-        "ebee-top: serving metrics at {} (interval {:?}, top {} per measure)",
-        metrics.location(),
-        a.delay,
-        a.metrics_top
-    );
-    let mut source = metrics.wrap(Box::new(live));
+    // The flight recorder: every interval, as the metrics see it, into the folder.
+    let recorder = match &a.record_dir {
+        Some(dir) => {
+            let opts = DirOptions {
+                dir: crate::record::dir::prepare(dir)?,
+                retain: a.retain,
+                retain_for: a.retain_for,
+            };
+            let w = DirWriter::create(opts, local_meta(a.delay))?;
+            Some(
+                Recorder::start(w, super::recording::stderr_notify())
+                    .context("starting the recorder thread")?,
+            )
+        }
+        None => None,
+    };
+    let source: Box<dyn Source + Send> = match &recorder {
+        Some(r) => Box::new(Tee {
+            inner: live,
+            tap: r.tap(),
+        }),
+        None => Box::new(live),
+    };
+    let metrics = match endpoint {
+        Some(endpoint) => {
+            let metrics = Metrics::start(endpoint, a.metrics_top as usize)?;
+            eprintln!(
+                "ebee-top: serving metrics at {} (interval {:?}, top {} per measure)",
+                metrics.location(),
+                a.delay,
+                a.metrics_top
+            );
+            Some(metrics)
+        }
+        None => None,
+    };
+    if let Some(dir) = &a.record_dir {
+        eprintln!(
+            "ebee-top: recording into {} (a new file every hour; at most {} MiB, {} kept)",
+            dir.display(),
+            a.retain >> 20,
+            crate::time::fmt_span(a.retain_for.as_millis() as u64)
+        );
+    }
+    let mut source = wrap(source, metrics.as_ref());
     while !quit.load(Ordering::Relaxed) {
         if source.next_batch()?.is_none() {
             break;
         }
     }
     drop(source);
+    if let Some(r) = recorder {
+        let st = r.finish();
+        eprintln!("ebee-top: {}", st.line());
+    }
     eprintln!("ebee-top: stopping");
     Ok(())
 }

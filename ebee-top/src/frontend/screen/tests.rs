@@ -18,7 +18,6 @@ use crate::batch::qos::QosBatch;
 use crate::batch::{Batch, MemRow};
 use crate::model::procs::ProcKey;
 use crate::os::details::Details;
-use crate::record::Reader;
 use crate::source::replay::{Replay, ReplayUpdate};
 use crate::view::tests::{MS, app, batch, buffer_text, proc, qos_sample};
 use crate::view::theme::Theme;
@@ -237,7 +236,7 @@ impl ReplayHarness {
         let batches: Vec<Batch> = (1..=n).map(|s| plausible(s, 4)).collect();
         let (dir, path, _) = crate::record::tests::record(&batches);
         let replay = Replay::new(
-            Reader::open(&path).unwrap(),
+            crate::record::Timeline::open(&path).unwrap(),
             Path::new("rec.ebr"),
             1.0,
             false,
