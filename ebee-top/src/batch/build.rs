@@ -6,7 +6,7 @@
 use super::cgroup::{CgroupRow, ThreadRow};
 use super::qos::{QosSample, RequestSample, SyscallSample};
 use super::servers::{NetRow, ServerRow, ServersStats};
-use super::wait::{IoRow, WaitRow, WaitStats};
+use super::wait::{IoRow, OffCpuRow, WaitRow, WaitStats};
 use super::{Batch, CpuRow, Dropped, Exit, MemRow, MemStats, ProcInfo};
 
 /// Builds one Batch; see [`Batch::build`].
@@ -208,6 +208,14 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
                 ns: (u64::from(n - i) * 31_337 + seq * 7) % 20_000_000,
             })
             .collect();
+        b.offcpu = (0..n)
+            .map(|i| OffCpuRow {
+                pid: 1000 + i,
+                io_ns: if i == 0 { 3_000_000 + seq * 1_000 } else { 0 },
+                blocked_ns: u64::from(i % 3) * 250_000,
+                sleep_ns: (u64::from(i) * 7_919_000 + seq * 13) % 50_000_000,
+            })
+            .collect();
         b.io = vec![IoRow {
             pid: 1000,
             read_bytes: 4096 * (seq % 3),
@@ -216,6 +224,7 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
         b.wait_stats = WaitStats {
             available: true,
             io_available: true,
+            offcpu_available: true,
             thread_misses: seq % 2,
             ..Default::default()
         };

@@ -409,11 +409,17 @@ pub fn rounded_v4(b: &Batch) -> Batch {
 }
 
 /// What formats 5 and 6 record of a Batch: as [`rounded_v4`], and the times processes exited
-/// to the nearest µs too (no screen shows them; a replay's exports give them to the µs).
+/// to the nearest µs too (no screen shows them; a replay's exports give them to the µs), and
+/// so the off-CPU split (`offcpu`, shown as shares like the wait).
 pub fn rounded(b: &Batch) -> Batch {
     let mut b = rounded_v4(b);
     for e in &mut b.exits {
         e.ts_ns = to_us(e.ts_ns);
+    }
+    for r in &mut b.offcpu {
+        r.io_ns = to_us(r.io_ns);
+        r.blocked_ns = to_us(r.blocked_ns);
+        r.sleep_ns = to_us(r.sleep_ns);
     }
     b
 }

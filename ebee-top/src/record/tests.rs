@@ -132,7 +132,7 @@ fn the_committed_format_1_file_reads() {
             for p in &mut b.procs {
                 p.cgroup.clear();
             }
-            b
+            before_offcpu(b)
         })
         .collect();
     assert_eq!(all(&mut r), want);
@@ -174,13 +174,22 @@ fn the_committed_format_5_file_reads() {
     committed_file_reads(include_bytes!("testdata/v5-plausible-110.ebr"), 5);
 }
 
+/// `plausible()` has gained the off-CPU split (issue 29) since the committed files were
+/// written: they hold the batches without it, which read back with the split empty and
+/// marked unmeasured.
+fn before_offcpu(mut b: Batch) -> Batch {
+    b.offcpu.clear();
+    b.wait_stats.offcpu_available = false;
+    b
+}
+
 fn committed_file_reads(bytes: &[u8], version: u16) {
     let mut r = reader::from_bytes(bytes).unwrap();
     assert_eq!(r.version(), version);
     assert!(r.damage().is_empty(), "{:?}", r.damage());
     // Written with the rounding of its format.
     let want: Vec<Batch> = (1..=110)
-        .map(|s| rounded_as(version, &build::plausible(s, 12)))
+        .map(|s| before_offcpu(rounded_as(version, &build::plausible(s, 12))))
         .collect();
     assert_eq!(all(&mut r), want);
     let keys = r
