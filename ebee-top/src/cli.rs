@@ -387,6 +387,9 @@ pub enum Table {
     Wait,
     /// One row per process shown per interval (the top K by disk bytes read and written).
     Io,
+    /// One row per process shown per interval (the top K by time blocked in the kernel: on
+    /// I/O plus otherwise), with its sleep.
+    Blocked,
     /// One row per server per interval (the top K by requests).
     Servers,
     /// One row per process shown per interval (the top K by socket bytes).

@@ -216,6 +216,7 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
                 sleep_ns: (u64::from(i) * 7_919_000 + seq * 13) % 50_000_000,
             })
             .collect();
+        super::wait::sort_offcpu(&mut b.offcpu);
         b.io = vec![IoRow {
             pid: 1000,
             read_bytes: 4096 * (seq % 3),

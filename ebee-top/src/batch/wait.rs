@@ -33,6 +33,17 @@ impl OffCpuRow {
     }
 }
 
+/// The order of `Batch::offcpu`: most held up (I/O-blocked + blocked) first, then by sleep,
+/// then by pid.
+pub fn sort_offcpu(rows: &mut [OffCpuRow]) {
+    rows.sort_by(|a, b| {
+        b.held_ns()
+            .cmp(&a.held_ns())
+            .then(b.sleep_ns.cmp(&a.sleep_ns))
+            .then(a.pid.cmp(&b.pid))
+    });
+}
+
 /// One process's disk I/O in the interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IoRow {

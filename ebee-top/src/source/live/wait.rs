@@ -26,12 +26,7 @@ pub(super) fn offcpu_rows(c: &[WaitCharge]) -> Vec<OffCpuRow> {
             sleep_ns: w.sleep_ns,
         })
         .collect();
-    v.sort_by(|a, b| {
-        b.held_ns()
-            .cmp(&a.held_ns())
-            .then(b.sleep_ns.cmp(&a.sleep_ns))
-            .then(a.pid.cmp(&b.pid))
-    });
+    crate::batch::wait::sort_offcpu(&mut v);
     v
 }
 
