@@ -36,6 +36,8 @@ pub enum SortBy {
     Wait,
     /// Disk I/O (`I`).
     Io,
+    /// Blocked on I/O, IOW% (`D`).
+    Iow,
     /// Network bytes received and sent (`N`).
     Net,
 }
@@ -172,6 +174,11 @@ pub const SORTED_IO: &str = "sorted by disk I/O (read + written per second)";
 /// `sched_info` or task I/O accounting, or an older recording).
 pub const NO_WAIT: &str = "no run-queue waits from this kernel or recording: sorting by CPU";
 pub const NO_IO: &str = "no per-process disk I/O from this kernel or recording: sorting by CPU";
+pub const SORTED_IOW: &str = "sorted by time blocked on I/O (IOW%)";
+/// What `D` says when the Batches carry no off-CPU split (`--no-culprits`, a kernel without
+/// `in_iowait`, or an older recording).
+pub const NO_IOW: &str =
+    "no off-CPU split from this kernel, recording or run (--no-culprits): sorting by CPU";
 pub const SORTED_NET: &str = "sorted by network bytes (received + sent per second)";
 pub const NO_NET: &str =
     "no network bytes from this kernel, recording or --no-servers: sorting by CPU";
@@ -306,7 +313,7 @@ impl App {
                 SortBy::Mem => Order::Rss(rss),
                 SortBy::Wait => Order::Wait,
                 SortBy::Io => Order::Io,
-                SortBy::Cpu | SortBy::Net => Order::Cpu,
+                SortBy::Cpu | SortBy::Net | SortBy::Iow => Order::Cpu,
             };
             return m.threads.ranked_for(
                 self.k.max(fit),
@@ -322,6 +329,7 @@ impl App {
             SortBy::Mem => Order::Rss(rss),
             SortBy::Wait => Order::Wait,
             SortBy::Io => Order::Io,
+            SortBy::Iow => Order::Iow,
             SortBy::Net => Order::Net,
         };
         let net = |pid| m.servers.net_rate(pid).map(|(rx, tx)| rx + tx);

@@ -21,6 +21,8 @@ pub enum Column {
     User,
     Cpu,
     Wait,
+    /// Blocked on disk I/O (the off-CPU split), shown where the width allows.
+    Iow,
     Time,
     Res,
     /// Disk I/O: one column (read + written) or READ/s and WRIT/s, by width.
@@ -45,11 +47,12 @@ pub enum Column {
 }
 
 /// Every column, in the order the setup screen lists the ones not shown.
-pub const ALL_COLUMNS: [Column; 17] = [
+pub const ALL_COLUMNS: [Column; 18] = [
     Column::Pid,
     Column::User,
     Column::Cpu,
     Column::Wait,
+    Column::Iow,
     Column::Time,
     Column::Res,
     Column::Io,
@@ -67,11 +70,12 @@ pub const ALL_COLUMNS: [Column; 17] = [
 
 /// The automatic layout's columns (IO, NET and CGROUP only where the width allows), what the
 /// table shows while no columns are chosen.
-pub const AUTO_COLUMNS: [Column; 11] = [
+pub const AUTO_COLUMNS: [Column; 12] = [
     Column::Pid,
     Column::User,
     Column::Cpu,
     Column::Wait,
+    Column::Iow,
     Column::Time,
     Column::Res,
     Column::Io,
@@ -89,6 +93,7 @@ impl Column {
             Column::User => "user",
             Column::Cpu => "cpu",
             Column::Wait => "wait",
+            Column::Iow => "iow",
             Column::Time => "time",
             Column::Res => "res",
             Column::Io => "io",
@@ -116,6 +121,7 @@ impl Column {
             Column::User => ("USER", "owner"),
             Column::Cpu => ("%CPU", "on-CPU over the last second"),
             Column::Wait => ("WAIT%", "runnable but waiting for a CPU"),
+            Column::Iow => ("IOW%", "blocked on disk I/O (uninterruptible, in_iowait)"),
             Column::Time => ("TIME", "on-CPU since ebee-top saw it"),
             Column::Res => ("RES", "resident memory"),
             Column::Io => ("IO", "disk bytes per second (READ/WRIT when wide)"),
@@ -138,6 +144,7 @@ impl Column {
             Column::Cpu => Some(SortBy::Cpu),
             Column::Res => Some(SortBy::Mem),
             Column::Wait => Some(SortBy::Wait),
+            Column::Iow => Some(SortBy::Iow),
             Column::Io => Some(SortBy::Io),
             Column::Net => Some(SortBy::Net),
             _ => None,
@@ -191,10 +198,11 @@ impl ColorMode {
 }
 
 /// The sorts the setup screen offers, in order.
-pub const SORTS: [SortBy; 5] = [
+pub const SORTS: [SortBy; 6] = [
     SortBy::Cpu,
     SortBy::Mem,
     SortBy::Wait,
+    SortBy::Iow,
     SortBy::Io,
     SortBy::Net,
 ];
@@ -205,6 +213,7 @@ pub fn sort_key(s: SortBy) -> &'static str {
         SortBy::Mem => "mem",
         SortBy::Wait => "wait",
         SortBy::Io => "io",
+        SortBy::Iow => "iow",
         SortBy::Net => "net",
     }
 }

@@ -228,6 +228,7 @@ impl App {
             SortBy::Mem => m.mem.available,
             SortBy::Wait => m.wait.available,
             SortBy::Io => m.wait.io_available,
+            SortBy::Iow => m.wait.offcpu_available,
             SortBy::Net => m.servers.available,
         }
     }

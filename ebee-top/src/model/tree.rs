@@ -43,6 +43,8 @@ pub struct Sums {
     pub members: usize,
     pub cpu_pct: f64,
     pub wait_pct: f64,
+    /// IOW% of the subtree.
+    pub iow_pct: f64,
     pub total_ns: u64,
     pub read_per_s: f64,
     pub write_per_s: f64,
@@ -353,6 +355,7 @@ where
         s.members += 1;
         s.cpu_pct += e.cpu_pct;
         s.wait_pct += e.wait_pct;
+        s.iow_pct += e.iow_pct;
         s.total_ns += e.total_ns;
         s.read_per_s += e.read_per_s;
         s.write_per_s += e.write_per_s;

@@ -23,9 +23,15 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         return;
     };
     let inner_w = area.width.saturating_sub(2 + 6) as u64;
-    // With waits from the kernel, the last line is the minute's run-queue wait.
+    // With waits from the kernel, the last line is the minute's run-queue wait; with the
+    // off-CPU split, one more line shows it over the last second and over the minute.
     let waits = app.shown().wait.available;
-    let rows = u64::from(area.height.saturating_sub(2 + u16::from(waits))).max(1);
+    let split = app.shown().wait.offcpu_available;
+    let rows = u64::from(
+        area.height
+            .saturating_sub(2 + u16::from(waits) + u16::from(split)),
+    )
+    .max(1);
     if inner_w == 0 {
         return;
     }
@@ -78,6 +84,20 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             Span::raw(format!("{:>5} ", "wait")),
             Span::styled(s, c.latency()),
         ]));
+    }
+    // run / wait / I/O / blocked / sleep: the last second's bar, then the minute's.
+    if split {
+        let (sec, min) = crate::view::split::last_second_and_minute(e, now);
+        let half = (inner_w as usize).saturating_sub(5) / 2;
+        let mut spans = vec![Span::raw(format!("{:>5} ", "1s"))];
+        spans.extend(crate::view::split::bar(sec, half, t));
+        spans.push(Span::raw(" 60s "));
+        spans.extend(crate::view::split::bar(
+            min,
+            (inner_w as usize).saturating_sub(half + 5),
+            t,
+        ));
+        lines.push(Line::from(spans));
     }
     f.render_widget(Paragraph::new(lines), inner);
 }

@@ -48,6 +48,10 @@ fn net_cols(width: u16, sorted: bool, available: bool) -> IoCols {
     }
 }
 
+/// The automatic layout shows IOW% from this table width on (or when sorted by it), when the
+/// off-CPU split is measured.
+const IOW_FROM: u16 = 130;
+
 /// The CGROUP column is shown from this table width on when cgroups are followed.
 const CGROUP_FROM: u16 = 100;
 
@@ -134,6 +138,7 @@ enum Drawn {
     User,
     Cpu,
     Wait,
+    Iow,
     Time,
     Res,
     IoSum,
@@ -162,6 +167,7 @@ impl Drawn {
             Drawn::User => Column::User,
             Drawn::Cpu => Column::Cpu,
             Drawn::Wait => Column::Wait,
+            Drawn::Iow => Column::Iow,
             Drawn::Time => Column::Time,
             Drawn::Res => Column::Res,
             Drawn::IoSum | Drawn::Read | Drawn::Write => Column::Io,
@@ -184,7 +190,7 @@ impl Drawn {
             Drawn::Flag => 2,
             Drawn::Pid | Drawn::Ppid => 7,
             Drawn::User | Drawn::Time => 8,
-            Drawn::Cpu | Drawn::Wait | Drawn::Start => 5,
+            Drawn::Cpu | Drawn::Wait | Drawn::Iow | Drawn::Start => 5,
             Drawn::Res
             | Drawn::IoSum
             | Drawn::Read
@@ -229,6 +235,12 @@ fn columns(app: &App, width: u16) -> Columns {
             Column::User => drawn.push(Drawn::User),
             Column::Cpu => drawn.push(Drawn::Cpu),
             Column::Wait => drawn.push(Drawn::Wait),
+            Column::Iow => {
+                let room = width >= IOW_FROM || sort == SortBy::Iow;
+                if min == IoCols::Sum || (m.wait.offcpu_available && room) {
+                    drawn.push(Drawn::Iow)
+                }
+            }
             Column::Time => drawn.push(Drawn::Time),
             Column::Res => drawn.push(Drawn::Res),
             Column::Io => io_shape(
@@ -465,6 +477,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 Some(s) => (s.cpu_pct, s.wait_pct, s.total_ns),
                 None => (e.cpu_pct, e.wait_pct, e.total_ns),
             };
+            let iow_pct = sums.map_or(e.iow_pct, |s| s.iow_pct);
             let (read_per_s, write_per_s) = match sums {
                 Some(s) => (s.read_per_s, s.write_per_s),
                 None => (e.read_per_s, e.write_per_s),
@@ -512,6 +525,14 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                         format!("{:>5}", "-")
                     } else if waits {
                         pct5(wait_pct)
+                    } else {
+                        format!("{:>5}", "n/a")
+                    }),
+                    Drawn::Iow => Cell::from(if threads {
+                        // Measured per process, as the waits.
+                        format!("{:>5}", "-")
+                    } else if m.wait.offcpu_available {
+                        pct5(iow_pct)
                     } else {
                         format!("{:>5}", "n/a")
                     }),
@@ -592,6 +613,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             Drawn::User => Cell::from("USER"),
             Drawn::Cpu => Cell::from(" %CPU"),
             Drawn::Wait => mark(SortBy::Wait, "WAIT%", "WAIT*"),
+            Drawn::Iow => mark(SortBy::Iow, " IOW%", " IOW*"),
             Drawn::Time => Cell::from("    TIME"),
             Drawn::Res => mark(SortBy::Mem, "   RES", "  RES*"),
             Drawn::IoSum => mark(SortBy::Io, "  IO/s", " IO/s*"),

@@ -19,6 +19,7 @@ mod overlay;
 mod qos;
 mod servers;
 mod setup;
+mod split;
 pub mod theme;
 pub(crate) mod timeline;
 

@@ -165,6 +165,24 @@ pub fn details(app: &App, t: &Theme, key: ProcKey, d: Option<&Details>, f: &mut 
                 e.wait_pct
             )));
         }
+        if m.wait.offcpu_available {
+            // One bar for the last second and one for the minute kept (all threads summed).
+            let (sec, min) = super::split::last_second_and_minute(e, m.table.now_cell());
+            let w = usize::from(area.width.saturating_sub(24)).clamp(10, 60);
+            for (label, parts) in [("time 1s  ", sec), ("time 60s ", min)] {
+                let mut spans = vec![ratatui::text::Span::raw(label)];
+                spans.extend(super::split::bar(parts, w, t));
+                lines.push(Line::from(spans));
+            }
+            lines.push(Line::from(format!(
+                "         {}",
+                super::split::legend(sec, t)
+            )));
+            lines.push(Line::from(format!(
+                "         over 60 s: {}",
+                super::split::legend(min, t)
+            )));
+        }
         if m.wait.io_available {
             lines.push(Line::from(format!(
                 "disk     {}/s read, {}/s written over the last second",

@@ -108,6 +108,16 @@ impl Colors {
         self.fg(Color::Yellow, 214, (250, 180, 40))
     }
 
+    /// Time blocked on I/O in the off-CPU split bar.
+    pub fn iowait(self) -> Style {
+        self.fg(Color::Red, 203, (240, 90, 80))
+    }
+
+    /// Time blocked otherwise in the off-CPU split bar.
+    pub fn blocked(self) -> Style {
+        self.fg(Color::Magenta, 170, (200, 100, 220))
+    }
+
     /// Exited processes.
     pub fn exited(self) -> Style {
         match self {

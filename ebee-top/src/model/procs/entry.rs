@@ -115,6 +115,18 @@ impl ProcEntry {
         cpu | wait | read | write | iow | blocked | sleep != 0
     }
 
+    /// Where its threads' time went in cells `first..=last`: on a CPU, waiting for one,
+    /// blocked on I/O, blocked otherwise, sleeping (ns, in that order, threads summed).
+    pub fn split(&self, first: u64, last: u64) -> [u64; 5] {
+        [
+            self.burst.sum(first, last),
+            self.wait.sum(first, last),
+            self.iow.sum(first, last),
+            self.blocked.sum(first, last),
+            self.sleep.sum(first, last),
+        ]
+    }
+
     /// Drop every history cell before `first_kept`.
     pub(super) fn trim(&mut self, first_kept: u64) {
         for b in [
