@@ -173,6 +173,9 @@ pub enum Which {
         /// The budget (`--retain`), MiB.
         #[arg(long, default_value_t = 64)]
         retain_mib: u64,
+        /// First, minutes of the agent at 1 s and at 50 ms for the size per hour (0: none).
+        #[arg(long, default_value_t = 10)]
+        size_minutes: u64,
     },
     /// Size of a recording per hour (and its encode/decode cost) on a busy and a moderate
     /// machine, at the default interval and longer ones.
@@ -212,7 +215,8 @@ pub fn run(which: Which) -> Result<()> {
         Which::Soak {
             minutes,
             retain_mib,
-        } => soak::run(minutes, retain_mib),
+            size_minutes,
+        } => soak::run(minutes, retain_mib, size_minutes),
         Which::Overhead { calls, rounds } => overhead::run(calls, rounds),
         Which::Qos { clients, requests } => qos::run(&clients, requests),
         Which::Record { seconds } => record::run(seconds),

@@ -61,8 +61,12 @@ fn fds(pid: u32) -> usize {
 }
 
 fn agent(dir: &Path, retain: &str) -> Result<Child> {
+    agent_at(dir, retain, "0.01")
+}
+
+fn agent_at(dir: &Path, retain: &str, delay: &str) -> Result<Child> {
     as_root("ebee-top")
-        .args(["serve", "-d", "0.01", "--retain", retain, "--record-dir"])
+        .args(["serve", "-d", delay, "--retain", retain, "--record-dir"])
         .arg(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -136,13 +140,60 @@ fn slope(xs: &[f64], ys: &[f64]) -> f64 {
     if den == 0.0 { 0.0 } else { num / den }
 }
 
-pub fn run(minutes: u64, retain_mib: u64) -> Result<()> {
+/// The agent recording into a fresh folder at `delay` for `minutes` on the load already
+/// running: bytes per hour (the folder's files, by length) and intervals recorded.
+fn size_per_hour(delay: &str, minutes: u64) -> Result<(f64, usize)> {
+    let dir = std::env::temp_dir().join(format!("ebee-bench-size-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut c = agent_at(&dir, "100G", delay)?;
+    // Past start-up (loading, the first key record), then measure from a known size.
+    std::thread::sleep(Duration::from_secs(20));
+    let len = |d: &Path| -> u64 {
+        recordings(d)
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let b0 = len(&dir);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(minutes * 60));
+    let b1 = len(&dir);
+    let secs = t0.elapsed().as_secs_f64();
+    let pid = agent_pid(&c);
+    // SAFETY: a plain signal to the agent we started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = c.wait();
+    let out = as_root("ebee-top")
+        .arg("export")
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .output()
+        .context("exporting the size run")?;
+    let n = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(((b1 - b0) as f64 * 3600.0 / secs, n))
+}
+
+pub fn run(minutes: u64, retain_mib: u64, size_minutes: u64) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("ebee-bench-soak-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let retain = format!("{retain_mib}M");
     let budget = retain_mib << 20;
     let load = "`ebee-load mix --procs 200 --churn-per-s 100`";
     let _busy = workload(&["mix", "--procs", "200", "--churn-per-s", "100"])?;
+    let mut sizes = Vec::new();
+    if size_minutes > 0 {
+        for (delay, label) in [("1", "1 s (the agent's default)"), ("0.05", "50 ms")] {
+            let (per_hour, n) = size_per_hour(delay, size_minutes)?;
+            sizes.push((label, per_hour, n));
+        }
+    }
     let total = Duration::from_secs(minutes * 60);
     let kills = [total / 3, total * 2 / 3];
     let start = Instant::now();
@@ -209,7 +260,10 @@ pub fn run(minutes: u64, retain_mib: u64) -> Result<()> {
     let warnings = String::from_utf8_lossy(&out.stderr).into_owned();
     let undecodable = warnings.lines().filter(|l| l.contains("skipped")).count();
     let mut body = String::new();
-    let cmd = format!("cargo xtask bench soak --minutes {minutes} --retain-mib {retain_mib}");
+    let cmd = format!(
+        "cargo xtask bench soak --minutes {minutes} --retain-mib {retain_mib} --size-minutes \
+         {size_minutes}"
+    );
     header(&mut body, "Flight recorder soak", &cmd, "")?;
     writeln!(
         body,
