@@ -186,7 +186,22 @@ pub fn run(minutes: u64, retain_mib: u64, size_minutes: u64) -> Result<()> {
     let retain = format!("{retain_mib}M");
     let budget = retain_mib << 20;
     let load = "`ebee-load mix --procs 200 --churn-per-s 100`";
-    let _busy = workload(&["mix", "--procs", "200", "--churn-per-s", "100"])?;
+    // Long enough for the size runs (20 s of start-up each), the soak and the read-back.
+    let load_secs = (2 * size_minutes + minutes) * 60 + 900;
+    let mut busy = workload(&[
+        "mix",
+        "--procs",
+        "200",
+        "--churn-per-s",
+        "100",
+        "--seconds",
+        &load_secs.to_string(),
+    ])?;
+    std::thread::sleep(Duration::from_secs(2));
+    anyhow::ensure!(
+        busy.0.try_wait()?.is_none(),
+        "the busy load (ebee-load mix) ended at once"
+    );
     let mut sizes = Vec::new();
     if size_minutes > 0 {
         for (delay, label) in [("1", "1 s (the agent's default)"), ("0.05", "50 ms")] {
