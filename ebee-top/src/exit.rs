@@ -31,8 +31,8 @@ pub const CANNOT_LISTEN: i32 = 9;
 /// key or CA that does not load, a key that does not match its certificate, a hash not bcrypt.
 pub const BAD_WEB_CONFIG: i32 = 10;
 
-/// The flight recorder's folder (`serve --record-dir`) is a symlink, not a directory, or not
-/// writable.
+/// The flight recorder's folder (`serve --record-dir`) is a symlink, not a directory, not
+/// writable, or another ebee-top records into it.
 pub const BAD_RECORD_DIR: i32 = 11;
 
 /// The exit code for an error, from the first typed cause in its chain.
