@@ -115,11 +115,12 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let mut host = HostSampler::start();
     while !quit.load(std::sync::atomic::Ordering::Relaxed) {
         let Some(b) = source.next_batch()? else { break };
-        latency.drained(b.end_ns, monotonic_ns());
-        model.ingest(&b);
+        let end_ns = b.end_ns;
+        latency.drained(end_ns, monotonic_ns());
+        model.ingest_owned(b);
         let h = host.read();
         match write(&mut out, &model, k, cli.format, h).and_then(|()| out.flush()) {
-            Ok(()) => latency.shown(b.end_ns, monotonic_ns()),
+            Ok(()) => latency.shown(end_ns, monotonic_ns()),
             // The reader went away (`| head`): that is a normal end.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
             Err(e) => return Err(e).context("writing output"),
