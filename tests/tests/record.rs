@@ -361,10 +361,13 @@ fn bad_recordings_get_one_line_and_their_exit_code() {
     std::fs::write(p("newer"), &newer).unwrap();
     let header_len = Reader::open(&good).unwrap().entries()[0].offset as usize;
     std::fs::write(p("header-only"), &bytes[..header_len]).unwrap();
-    let dir_s = dir.path().to_str().unwrap().to_owned();
+    // A directory is a flight recorder's folder: one with no recording in it is refused.
+    let empty_dir = p("empty-dir");
+    std::fs::create_dir(&empty_dir).unwrap();
+    std::fs::write(empty_dir.join("notes.txt"), b"not a recording").unwrap();
     let cases: Vec<(PathBuf, i32, &str)> = vec![
         (p("missing"), BAD_PATH, "no such file"),
-        (PathBuf::from(&dir_s), BAD_PATH, "directory"),
+        (empty_dir.clone(), BAD_RECORDING, "no recording in it"),
         (p("empty"), BAD_RECORDING, "empty"),
         (p("text"), BAD_RECORDING, "not an ebee-top recording"),
         (p("newer"), NEWER_RECORDING, "newer ebee-top"),
@@ -380,6 +383,17 @@ fn bad_recordings_get_one_line_and_their_exit_code() {
             assert!(out.is_empty());
         }
     }
+
+    // The folder of all of them plays its one good recording; the two it cannot use are a
+    // line each, the files that are not recordings are ignored.
+    let (code, out, err) = ebee_top(&["export", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 20, "{err}");
+    assert_eq!(err.trim().lines().count(), 2, "{err}");
+    assert!(
+        err.contains("newer ebee-top") && err.contains("no complete interval"),
+        "{err}"
+    );
 
     // Cut in the middle of the 11th record: ten intervals and one line saying so.
     let r = Reader::open(&good).unwrap();
