@@ -34,18 +34,7 @@ pub(super) fn refused(prog: &str, e: &ProgramError) -> String {
             verifier_log,
         } => {
             let log = verifier_log.to_string();
-            let verdict = log
-                .lines()
-                .map(str::trim)
-                .rev()
-                .find(|l| {
-                    !l.is_empty()
-                        && !l.starts_with("processed ")
-                        && !l.starts_with("verification time")
-                        && !l.starts_with("stack depth")
-                })
-                .map(str::to_owned);
-            match verdict {
+            match verdict(&log) {
                 Some(v) => format!("{v} ({io_error})"),
                 None => io_error.to_string(),
             }
@@ -65,9 +54,33 @@ pub(super) fn refused(prog: &str, e: &ProgramError) -> String {
     format!("the kernel refused program {prog}: {detail}")
 }
 
+/// The verifier's verdict in its log: the last line that is not one of the statistics it
+/// prints after it (instructions processed, time, stack depth).
+fn verdict(log: &str) -> Option<&str> {
+    log.lines().map(str::trim).rev().find(|l| {
+        !l.is_empty()
+            && !l.starts_with("processed ")
+            && !l.starts_with("verification time")
+            && !l.starts_with("stack depth")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_verdict_is_the_last_line_before_the_statistics() {
+        let log = "0: R1=ctx() R10=fp0\n; let mm = ...\n12: (79) r2 = *(u64 *)(r1 +8)\n\
+                   invalid bpf_context access off=8 size=8\n\
+                   processed 13 insns (limit 1000000) max_states_per_insn 0 total_states 1\n\
+                   verification time 27 usec\nstack depth 0\n";
+        assert_eq!(
+            verdict(log),
+            Some("invalid bpf_context access off=8 size=8")
+        );
+        assert_eq!(verdict("\n\n"), None);
+    }
 
     #[test]
     fn a_refusal_is_one_line_naming_the_program() {
