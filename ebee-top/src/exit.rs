@@ -63,7 +63,7 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
                 ProbeError::Unsupported(_) | ProbeError::NoObject => UNSUPPORTED,
                 ProbeError::Pin(PinError::NoSuchProcess(_)) => NO_SUCH_PROCESS,
                 ProbeError::Pin(PinError::TooMany(_)) => USAGE,
-                ProbeError::Pin(PinError::Unsupported) => UNSUPPORTED,
+                ProbeError::Pin(PinError::Unsupported | PinError::Refused(_)) => UNSUPPORTED,
                 ProbeError::Other(_) => FAILURE,
             };
         }

@@ -188,9 +188,8 @@ pub enum Which {
 
 pub fn run(which: Which) -> Result<()> {
     crate::setup::setup(crate::setup::Needs {
-        test: false,
         bench: true,
-        screenshots: false,
+        ..Default::default()
     })?;
     util::build_release()?;
     match which {

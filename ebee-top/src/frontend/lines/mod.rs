@@ -93,6 +93,7 @@ pub fn write(
 /// `--listen`, serve metrics meanwhile.
 pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let mut live = Live::start(super::probe_config(cli), cli.delay)?;
+    super::say_pipelines_off(&live);
     super::pin(&mut live, cli)?;
     let recorder = super::recording::start(cli, super::recording::stderr_notify())?;
     let metrics = super::metrics::start(endpoint, cli.metrics_top)?;
