@@ -290,6 +290,32 @@ pub fn run(minutes: u64, retain_mib: u64, size_minutes: u64) -> Result<()> {
         kills[1].as_secs() / 60,
         load_avg()
     )?;
+    if !sizes.is_empty() {
+        writeln!(
+            body,
+            "Size first: the agent alone (`serve --record-dir`, no budget in the way) for \
+             {size_minutes} minutes at each interval on the same load, measured from 20 s after \
+             its start. Burst bins (10 ms) are kept at every interval.\n"
+        )?;
+        table_head(
+            &mut body,
+            &[
+                "interval",
+                "intervals recorded",
+                "MB per hour",
+                "MB per day",
+            ],
+        )?;
+        for (label, per_hour, n) in &sizes {
+            writeln!(
+                body,
+                "| {label} | {n} | {:.1} | {:.0} |",
+                per_hour / 1e6,
+                per_hour * 24.0 / 1e6
+            )?;
+        }
+        writeln!(body, "\nThen the soak:\n")?;
+    }
     table_head(
         &mut body,
         &[
