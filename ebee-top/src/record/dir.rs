@@ -159,7 +159,9 @@ pub fn lock(dir: &Path) -> Result<std::fs::File, DirError> {
 /// `ebee-top-YYYYMMDDTHHMMSSZ.ebr` for a start at `t_ms` (`-N` before the dot when that second
 /// already has a file).
 pub fn file_name(t_ms: u64, n: u32) -> String {
-    let (y, mo, d, h, mi, s) = civil(t_ms / 1000);
+    let t = t_ms / 1000;
+    let (y, mo, d) = crate::time::civil_date(t / 86_400);
+    let (h, mi, s) = (t / 3600 % 24, t / 60 % 60, t % 60);
     let tail = if n == 0 {
         String::new()
     } else {
@@ -184,29 +186,6 @@ pub fn is_own_name(name: &str) -> bool {
     digits(&b[..8])
         && digits(&b[9..15])
         && (b.len() == 16 || (b[16] == b'-' && b.len() > 17 && digits(&b[17..])))
-}
-
-/// UTC calendar date and time of Unix seconds `t` (the civil-from-days algorithm).
-pub fn civil(t: u64) -> (u64, u64, u64, u64, u64, u64) {
-    let days = (t / 86_400) as i64;
-    let sod = t % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y.max(0) as u64,
-        m as u64,
-        d as u64,
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60,
-    )
 }
 
 /// Bytes a file takes on disk.

@@ -276,6 +276,20 @@ pub fn workload(args: &[&str]) -> Result<Workload> {
     Ok(Workload(c))
 }
 
+/// The busy load of the recording-size section (200 processes with Zipf-skewed duty cycles,
+/// 100 new a second), for `seconds`.
+pub fn busy_load(seconds: u64) -> Result<Workload> {
+    workload(&[
+        "mix",
+        "--procs",
+        "200",
+        "--churn-per-s",
+        "100",
+        "--seconds",
+        &seconds.to_string(),
+    ])
+}
+
 /// A release binary run as root (through sudo when needed).
 pub fn as_root(name: &str) -> Command {
     util::root_command(&bin(name))

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
-use super::{as_root, header, load_avg, publish, table_head, workload};
+use super::footprint::rss_hwm;
+use super::{as_root, busy_load, header, load_avg, publish, table_head};
 
 /// Our recordings in `dir` (by the names the agent gives them), oldest first.
 fn recordings(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -43,17 +44,6 @@ fn used(dir: &Path) -> (u64, usize) {
         .map(|m| m.blocks() * 512)
         .sum();
     (bytes, files.len())
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn fds(pid: u32) -> usize {
@@ -188,15 +178,7 @@ pub fn run(minutes: u64, retain_mib: u64, size_minutes: u64) -> Result<()> {
     let load = "`ebee-load mix --procs 200 --churn-per-s 100`";
     // Long enough for the size runs (20 s of start-up each), the soak and the read-back.
     let load_secs = (2 * size_minutes + minutes) * 60 + 900;
-    let mut busy = workload(&[
-        "mix",
-        "--procs",
-        "200",
-        "--churn-per-s",
-        "100",
-        "--seconds",
-        &load_secs.to_string(),
-    ])?;
+    let mut busy = busy_load(load_secs)?;
     std::thread::sleep(Duration::from_secs(2));
     anyhow::ensure!(
         busy.0.try_wait()?.is_none(),
@@ -234,7 +216,7 @@ pub fn run(minutes: u64, retain_mib: u64, size_minutes: u64) -> Result<()> {
                 run,
                 bytes,
                 files,
-                rss_kib: rss_kib(pid),
+                rss_kib: rss_hwm(pid).map_or(0, |(rss, _)| rss),
                 fds: fds(pid),
             });
         }
