@@ -227,22 +227,39 @@ impl<'a> Guest<'a> {
             return Verdict::Fail("no burner readings".into());
         };
         let got = self.sum("cpu", b[0], "cpu_ns");
-        // Ranking: wherever the first burner used half a CPU or more, a burner heads the list.
-        let misranked = self
+        // Ranking, in the intervals of the burners alone: where the first burner used half a
+        // CPU or more and the server and its client (as busy as a burner under TCG) used next to
+        // nothing, a burner heads the list.
+        let others = [self.number("server"), self.number("client_pid")];
+        let pct = |c: &[Value], pid: Option<u64>| {
+            c.iter()
+                .find(|e| pid.is_some() && e["pid"].as_u64() == pid)
+                .and_then(|e| e["cpu_pct"].as_f64())
+                .unwrap_or(0.0)
+        };
+        let alone: Vec<&Value> = self
             .lines
             .iter()
             .filter(|l| {
                 l["cpu"].as_array().is_some_and(|c| {
-                    c.iter().any(|e| {
-                        e["pid"].as_u64() == Some(b[0]) && e["cpu_pct"].as_f64() >= Some(50.0)
-                    })
+                    pct(c, Some(b[0])) >= 50.0 && others.iter().all(|&p| pct(c, p) < 2.0)
                 })
             })
+            .collect();
+        let misranked: Vec<String> = alone
+            .iter()
             .filter(|l| !b.iter().any(|p| l["cpu"][0]["pid"].as_u64() == Some(*p)))
-            .count();
+            .map(|l| format!("seq {} headed by pid {}", l["seq"], l["cpu"][0]["pid"]))
+            .collect();
         let err = rel(got as f64, want as f64);
-        if misranked > 0 {
-            Verdict::Fail(format!("{misranked} intervals not headed by a burner"))
+        if alone.is_empty() {
+            Verdict::Fail("no interval of the burners alone".into())
+        } else if !misranked.is_empty() {
+            Verdict::Fail(format!(
+                "{} intervals not headed by a burner ({})",
+                misranked.len(),
+                misranked.join(", ")
+            ))
         } else if err > CPU_TOL || want == 0 {
             Verdict::Fail(format!("on-CPU {got} ns vs schedstat {want} ns"))
         } else {
@@ -522,6 +539,22 @@ mod tests {
                 "{file} = {text} should fail {col}"
             );
         }
+        // A burner-alone interval headed by another process fails the ranking; the same
+        // interval with the server busy says nothing of it.
+        let mut f = files();
+        let head = |other: u64| {
+            format!(
+                r#"{{"seq":5,"cpu":[{{"pid":{other},"cpu_ns":300,"cpu_pct":95.0}},{{"pid":10,"cpu_ns":0,"cpu_pct":90.0,"wait_ns":0,"cgroup":"/ebee-check"}}]}}"#
+            )
+        };
+        let batch = f["batch.json"].clone();
+        f.insert("batch.json".into(), format!("{batch}\n{}", head(77)));
+        assert!(
+            matches!(verdict(&f, "cpu"), Verdict::Fail(r) if r.contains("pid 77")),
+            "a misranked interval passed"
+        );
+        f.insert("batch.json".into(), format!("{batch}\n{}", head(20)));
+        assert!(matches!(verdict(&f, "cpu"), Verdict::Works(_)));
         // Off in JSON but no reason in --print-maps: a failure, not "off".
         let mut f = files();
         f.insert("maps".into(), "PIPELINE STATUS\nmemory on".into());

@@ -81,9 +81,8 @@ pub fn accel() -> Option<Accel> {
 /// `cargo xtask kernels`: fetch, boot, judge, and (with `readme`) write the README table.
 /// Fails when a pipeline fails on any kernel or a kernel does not boot. `tcg` forces QEMU's
 /// translator. The caller has built the release binaries.
-/// `readme`: the command's run, every kernel, the table written into the README. Otherwise
-/// the test run's: the kernels whose rows the README has (not yet the PREEMPT_RT ones, checked
-/// by hand so far), nothing rewritten.
+/// `readme`: the command's run, the table written into the README. Otherwise the test run's,
+/// the same kernels with nothing rewritten.
 pub fn run(tcg: bool, readme: bool) -> Result<()> {
     let started = Instant::now();
     let accel = match (accel(), tcg) {
@@ -93,7 +92,7 @@ pub fn run(tcg: bool, readme: bool) -> Result<()> {
     };
     let mut kernels = Vec::new();
     util::step("kernel images", || {
-        kernels = fetch(readme)?;
+        kernels = fetch()?;
         Ok(())
     })?;
     let root = util::root();
@@ -139,14 +138,11 @@ pub fn run(tcg: bool, readme: bool) -> Result<()> {
 }
 
 /// The kernels to boot: the Debian ones (downloaded once) and the host's when /boot has it.
-fn fetch(all: bool) -> Result<Vec<Kernel>> {
+fn fetch() -> Result<Vec<Kernel>> {
     let dir = cache();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut out = Vec::new();
     for (label, meta) in DEBIAN {
-        if !all && label.contains("PREEMPT_RT") {
-            continue;
-        }
         let pkg = resolve(meta)?;
         let unpacked = dir.join(&pkg);
         if find_vmlinuz(&unpacked).is_none() {
