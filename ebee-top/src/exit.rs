@@ -31,8 +31,8 @@ pub const CANNOT_LISTEN: i32 = 9;
 /// key or CA that does not load, a key that does not match its certificate, a hash not bcrypt.
 pub const BAD_WEB_CONFIG: i32 = 10;
 
-/// The flight recorder's folder (`serve --record-dir`) is a symlink, not a directory, or not
-/// writable.
+/// The flight recorder's folder (`serve --record-dir`) is a symlink, not a directory, not
+/// writable, or another ebee-top records into it.
 pub const BAD_RECORD_DIR: i32 = 11;
 
 /// The exit code for an error, from the first typed cause in its chain.
@@ -63,7 +63,7 @@ pub fn code_for(err: &anyhow::Error) -> i32 {
                 ProbeError::Unsupported(_) | ProbeError::NoObject => UNSUPPORTED,
                 ProbeError::Pin(PinError::NoSuchProcess(_)) => NO_SUCH_PROCESS,
                 ProbeError::Pin(PinError::TooMany(_)) => USAGE,
-                ProbeError::Pin(PinError::Unsupported) => UNSUPPORTED,
+                ProbeError::Pin(PinError::Unsupported | PinError::Refused(_)) => UNSUPPORTED,
                 ProbeError::Other(_) => FAILURE,
             };
         }

@@ -2,8 +2,8 @@
 //! busy machine with a 1 MiB budget, killed with SIGKILL twice and restarted: the folder never
 //! holds more than the budget, files that are not recordings stay untouched, descriptors do not
 //! leak, every retained interval reads back, each kill loses at most the interval in flight,
-//! and export and `--from` take the folder as one timeline. Bad folders get one line and exit
-//! code 11. (`cargo xtask bench soak` is the hour-long version.)
+//! and export and `--from` take the folder as one timeline. Bad folders (and one another agent
+//! records into) get one line and exit code 11. (`cargo xtask bench soak` is the hour-long version.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
 
@@ -219,6 +219,13 @@ fn unusable_folders_get_one_line_and_exit_code_11() {
     {
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A second agent in the same folder would delete the first one's files: refused.
+    let (code, _, err) = ebee_top(&["serve", "--record-dir", real.to_str().unwrap()]);
+    assert_eq!(code, ebee_top::exit::BAD_RECORD_DIR, "{err}");
+    assert!(
+        err.contains("another ebee-top is recording into it"),
+        "{err}"
+    );
     // SAFETY: signalling our own child.
     unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
     let out = c.wait_with_output().unwrap();

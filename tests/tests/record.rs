@@ -320,6 +320,11 @@ fn recording_refuses_symlinks_directories_and_existing_files() {
 
 /// A small recording made without the kernel (no privileges needed).
 fn synthetic(path: &Path, n: u64) {
+    synthetic_at(path, n, 1_700_000_000_000);
+}
+
+/// `n` intervals of 50 ms, the first at `t0_ms` + 50.
+fn synthetic_at(path: &Path, n: u64, t0_ms: u64) {
     let mut w = Writer::create(
         RecordOptions {
             path: path.into(),
@@ -332,7 +337,7 @@ fn synthetic(path: &Path, n: u64) {
     .unwrap();
     for seq in 1..=n {
         let b = Batch::build(seq, seq * 50_000_000, 50_000_000)
-            .wall_ms(1_700_000_000_000 + seq * 50)
+            .wall_ms(t0_ms + seq * 50)
             .cpus(2, 0)
             .cpu(42, 25_000_000, &[])
             .proc(ebee_top::batch::ProcInfo::named(42, "worker"))
@@ -356,10 +361,13 @@ fn bad_recordings_get_one_line_and_their_exit_code() {
     std::fs::write(p("newer"), &newer).unwrap();
     let header_len = Reader::open(&good).unwrap().entries()[0].offset as usize;
     std::fs::write(p("header-only"), &bytes[..header_len]).unwrap();
-    let dir_s = dir.path().to_str().unwrap().to_owned();
+    // A directory is a flight recorder's folder: one with no recording in it is refused.
+    let empty_dir = p("empty-dir");
+    std::fs::create_dir(&empty_dir).unwrap();
+    std::fs::write(empty_dir.join("notes.txt"), b"not a recording").unwrap();
     let cases: Vec<(PathBuf, i32, &str)> = vec![
         (p("missing"), BAD_PATH, "no such file"),
-        (PathBuf::from(&dir_s), BAD_PATH, "directory"),
+        (empty_dir.clone(), BAD_RECORDING, "no recording in it"),
         (p("empty"), BAD_RECORDING, "empty"),
         (p("text"), BAD_RECORDING, "not an ebee-top recording"),
         (p("newer"), NEWER_RECORDING, "newer ebee-top"),
@@ -375,6 +383,17 @@ fn bad_recordings_get_one_line_and_their_exit_code() {
             assert!(out.is_empty());
         }
     }
+
+    // The folder of all of them plays its one good recording; the two it cannot use are a
+    // line each, the files that are not recordings are ignored.
+    let (code, out, err) = ebee_top(&["export", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 20, "{err}");
+    assert_eq!(err.trim().lines().count(), 2, "{err}");
+    assert!(
+        err.contains("newer ebee-top") && err.contains("no complete interval"),
+        "{err}"
+    );
 
     // Cut in the middle of the 11th record: ten intervals and one line saying so.
     let r = Reader::open(&good).unwrap();
@@ -518,5 +537,43 @@ fn replay_screen_steers_without_privileges() {
     t.wait_for("4x");
     t.keys(&["Space"]);
     t.wait_for("playing");
+    t.keys(&["q"]);
+}
+
+#[test]
+fn a_folder_replays_as_one_timeline_across_files_and_its_gap() {
+    let dir = tmp();
+    // Two runs of the agent, 30 minutes apart; a file that is not a recording beside them.
+    let t0 = 1_700_000_000_000; // 2023-11-14 22:13:20 UTC
+    synthetic_at(&dir.path().join("ebee-top-20231114T221320Z.ebr"), 400, t0);
+    let t1 = t0 + 400 * 50 + 1_800_000; // 22:43:40
+    synthetic_at(&dir.path().join("ebee-top-20231114T224340Z.ebr"), 400, t1);
+    std::fs::write(dir.path().join("notes.txt"), b"not a recording").unwrap();
+    let cmd = format!(
+        "{} replay {} --paused",
+        bin("ebee-top").display(),
+        dir.path().display()
+    );
+    let t = Tmux::start("ebee-rec-dir", &cmd);
+    let s = t.wait_for("paused");
+    assert!(s.contains("#0/800"), "{s}");
+    assert!(s.contains("(2 files, 1 gaps of 30m 0s in all)"), "{s}");
+    assert!(s.contains("UTC"), "{s}");
+    // Go to the first interval after the gap by its time of day.
+    t.keys(&["g", "2", "2", ":", "4", "3", ":", "4", "0", "Enter"]);
+    let s = t.wait_for("#401/800");
+    assert!(
+        s.contains("gap: nothing was recorded for 30m 0s before this interval"),
+        "{s}"
+    );
+    assert!(s.contains("worker"), "{s}");
+    // Back across the file boundary, and forward again: no seam but the gap.
+    t.keys(&[","]);
+    let s = t.wait_for("#400/800");
+    assert!(s.contains("worker") && !s.contains("gap:"), "{s}");
+    t.keys(&["."]);
+    t.wait_for("#401/800");
+    t.keys(&["End"]);
+    t.wait_for("#800/800");
     t.keys(&["q"]);
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod deb;
+mod kernels;
 mod screenshots;
 mod setup;
 mod util;
@@ -30,6 +31,9 @@ enum Cmd {
         /// Also the packages `cargo xtask screenshots` needs.
         #[arg(long)]
         screenshots: bool,
+        /// Also the packages `cargo xtask kernels` needs (QEMU, busybox-static).
+        #[arg(long)]
+        kernels: bool,
     },
     /// Set up, build, and start ebee-top live (as root, through sudo when needed).
     Run {
@@ -42,6 +46,14 @@ enum Cmd {
     Test {
         /// Only tests whose name contains this.
         filter: Option<String>,
+    },
+    /// The kernel matrix: boot Debian's 6.1 and 6.12 kernels (and the host's, when /boot has
+    /// it) in QEMU, run ebee-top's checks in each, and write the kernel x pipeline table into
+    /// README.md.
+    Kernels {
+        /// Use QEMU's translator (TCG) even where KVM is available.
+        #[arg(long)]
+        tcg: bool,
     },
     /// Regenerate the PNGs in screenshots/ from the real binary (tmux, aha, headless Chromium).
     Screenshots,
@@ -63,11 +75,19 @@ fn main() {
             test,
             bench,
             screenshots,
+            kernels,
         } => setup::setup(setup::Needs {
             test,
             bench,
             screenshots,
+            kernels,
         }),
+        Cmd::Kernels { tcg } => setup::setup(setup::Needs {
+            kernels: true,
+            ..Default::default()
+        })
+        .and_then(|()| util::build_release())
+        .and_then(|()| kernels::run(tcg, true)),
         Cmd::Run { args } => run(args),
         Cmd::Test { filter } => test(filter),
         Cmd::Bench { which } => bench::run(which),
@@ -90,10 +110,12 @@ fn run(args: Vec<String>) -> Result<()> {
 }
 
 fn test(filter: Option<String>) -> Result<()> {
+    // The kernel matrix runs where /dev/kvm is (see `kernels::accel`): its packages too.
+    let matrix = kernels::accel().is_some();
     setup::setup(setup::Needs {
         test: true,
-        bench: false,
-        screenshots: false,
+        kernels: matrix,
+        ..Default::default()
     })?;
     let f: Vec<String> = filter.into_iter().collect();
     util::step("cargo fmt --check", || {
@@ -122,5 +144,16 @@ fn test(filter: Option<String>) -> Result<()> {
     let mut args = vec!["test", "--release", "-p", "ebee-tests"];
     args.extend(f.iter().map(String::as_str));
     args.extend(["--", "--test-threads=1"]);
-    util::step("privileged tests", || util::cargo_as_root(&args))
+    util::step("privileged tests", || util::cargo_as_root(&args))?;
+    // The kernel matrix (about a minute per kernel under TCG, less with KVM), after the
+    // privileged tests: every pipeline on every kernel, the README's table checked, not
+    // rewritten. Only with /dev/kvm, as this machine's tests are timed for it.
+    if f.is_empty() {
+        if matrix {
+            util::step("kernel matrix", || kernels::run(false, false))?;
+        } else {
+            eprintln!("xtask: kernel matrix skipped: no /dev/kvm on this machine");
+        }
+    }
+    Ok(())
 }

@@ -13,6 +13,7 @@ pub struct Needs {
     pub test: bool,
     pub bench: bool,
     pub screenshots: bool,
+    pub kernels: bool,
 }
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -48,6 +49,10 @@ const SCREENSHOT_PACKAGES: &[&str] = &[
     "nginx-light",
     "wrk",
 ];
+/// Debian packages `cargo xtask kernels` needs: QEMU to boot the kernels, a static busybox as
+/// the guests' userland, xz to unpack a compressed loop.ko (the kernel images themselves are
+/// downloaded, never installed).
+const KERNEL_PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static", "xz-utils"];
 /// Debian packages the benchmarks need.
 const BENCH_PACKAGES: &[&str] = &[
     "redis-server",
@@ -71,6 +76,9 @@ pub fn setup(n: Needs) -> Result<()> {
     }
     if n.screenshots {
         pkgs.extend(SCREENSHOT_PACKAGES);
+    }
+    if n.kernels {
+        pkgs.extend(KERNEL_PACKAGES);
     }
     pkgs.sort_unstable();
     pkgs.dedup();

@@ -98,7 +98,7 @@ impl App {
         }
         match u.apply {
             Apply::None => {}
-            Apply::Batch(b) => self.model.ingest(&b),
+            Apply::Batch(b) => self.model.ingest_owned(*b),
             Apply::Reset(m) => self.model = *m,
         }
         Effect::Redraw

@@ -38,13 +38,14 @@ impl App {
     pub fn update(&mut self, msg: Msg) -> Effect {
         match msg {
             Msg::Batch(b) => {
-                self.model.ingest(&b);
+                let end_ns = b.end_ns;
+                self.model.ingest_owned(*b);
                 self.check_default_sort();
                 if self.paused {
                     Effect::None
                 } else {
                     self.follow_selection();
-                    self.stats_due(b.end_ns)
+                    self.stats_due(end_ns)
                         .map_or(Effect::Redraw, Effect::ReadStats)
                 }
             }

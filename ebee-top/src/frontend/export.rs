@@ -307,7 +307,7 @@ pub fn run(a: &ExportArgs) -> anyhow::Result<()> {
                     crate::time::fmt_wall(r.t_ms(i))
                 );
             }
-            model.ingest(&b);
+            model.ingest_owned(b);
             if i < span.start {
                 continue;
             }

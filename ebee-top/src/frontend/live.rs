@@ -35,6 +35,7 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>, cfg: &Loaded) -> anyhow::Resul
         anyhow::bail!("standard output is not a terminal; use --batch for scripts and pipes");
     }
     let mut live = Live::start(super::probe_config(cli), cli.delay)?;
+    let live_off = live.probes().pipelines_off().to_vec();
     super::pin(&mut live, cli)?;
     let (tx, rx) = mpsc::channel::<Msg>();
     let (ctl_tx, ctl_rx) = mpsc::channel::<Ctl>();
@@ -62,6 +63,11 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>, cfg: &Loaded) -> anyhow::Resul
     let stats = spawn_stats(tx.clone())?;
     let mut app = App::new(cli.top as usize, cli.delay);
     super::apply_config(&mut app, cfg, &cli.screen);
+    // What this kernel (or a flag) leaves off, said once on the status line (a settings
+    // warning comes first, as it asks for action).
+    if app.status.is_none() {
+        app.status = super::pipelines_off_line(&live_off);
+    }
     app.boot_clock = crate::os::procstat::boot_clock();
     app.users = users;
     app.user = user;

@@ -1,5 +1,6 @@
 //! `--print-maps`: load the programs, print every eBPF map with the bytes the kernel charges
-//! for it (`memlock`), and the memory pipeline's share.
+//! for it (`memlock`), the memory pipeline's share, and which pipelines are on (with why one
+//! is off).
 
 use std::io::Write as _;
 
@@ -37,5 +38,16 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         "({} possible CPUs; per-CPU maps are charged once per CPU)",
         live.probes().ncpus()
     )?;
+    // Which pipelines loaded, and why one did not: a kernel that lacks what one needs, or
+    // refuses one of its programs, loses that pipeline only.
+    writeln!(out)?;
+    writeln!(out, "{:<14} STATUS", "PIPELINE")?;
+    let off = live.probes().pipelines_off();
+    for name in crate::probes::pipelines::NAMES {
+        match off.iter().find(|o| o.name == name) {
+            Some(o) => writeln!(out, "{name:<14} off: {}", o.reason)?,
+            None => writeln!(out, "{name:<14} on")?,
+        }
+    }
     Ok(())
 }

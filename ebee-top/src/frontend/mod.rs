@@ -138,6 +138,26 @@ pub fn color_arg(m: ColorMode) -> ColorArg {
 
 /// Give the screen's App what the settings file said (the flags have been merged in already
 /// by `main`), and say on its status line what in the file could not be used.
+/// One stderr line per optional pipeline that is off in this run, with why: batch mode and
+/// `serve` say it before their first output.
+pub fn say_pipelines_off(live: &crate::source::Live) {
+    for off in live.probes().pipelines_off() {
+        eprintln!("ebee-top: {off}");
+    }
+}
+
+/// The pipelines that are off, as one status line for the screen (None: all on).
+pub fn pipelines_off_line(off: &[crate::probes::PipelineOff]) -> Option<String> {
+    if off.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = off
+        .iter()
+        .map(|o| format!("{} ({})", o.name, o.reason))
+        .collect();
+    Some(format!("off in this run: {}", parts.join("; ")))
+}
+
 pub fn apply_config(app: &mut crate::app::App, cfg: &config::Loaded, screen: &ScreenArgs) {
     let color = screen.color;
     app.apply_settings(cfg.settings.clone());

@@ -90,8 +90,20 @@ impl Model {
         Self::default()
     }
 
-    /// Fold one interval in.
+    /// Fold one interval in (a copy of it is kept as the latest).
     pub fn ingest(&mut self, b: &Batch) {
+        self.fold(b);
+        self.latest = Some(b.clone());
+    }
+
+    /// Fold one interval in, keeping it as the latest without a copy: for callers done with
+    /// it (a busy interval's Batch is hundreds of rows, names and command lines).
+    pub fn ingest_owned(&mut self, b: Batch) {
+        self.fold(&b);
+        self.latest = Some(b);
+    }
+
+    fn fold(&mut self, b: &Batch) {
         for e in &b.exits {
             self.exited.insert(e.pid, b.seq);
         }
@@ -127,7 +139,6 @@ impl Model {
         self.table.ingest(b);
         self.lineage.ingest(b);
         self.ingest_threads(b);
-        self.latest = Some(b.clone());
     }
 
     /// The thread table takes the Batch's threads as a process table takes processes: one

@@ -31,6 +31,10 @@ pub(super) struct KernelLayout {
     pub wait: WaitOffsets,
     /// The servers pipeline's offsets (`valid` 0 also when a socket tracepoint is missing).
     pub servers: SrvOffsets,
+    /// Why the memory pipeline cannot be attached (None: it can).
+    pub mem_off: Option<&'static str>,
+    /// Why the servers pipeline cannot be attached (None: it can).
+    pub servers_off: Option<&'static str>,
 }
 
 impl KernelLayout {
@@ -62,20 +66,41 @@ impl KernelLayout {
         let exit_has_group_dead =
             u32::from(btf.tracepoint_args(prog_names::PROCESS_EXIT) == Some(2));
         let mut mem = mem::offsets(btf);
+        let mut mem_off = (mem.valid == 0).then_some(
+            "the kernel's BTF lacks the mm_struct fields it reads (rss_stat[] as percpu counters)",
+        );
         if btf.tracepoint_args(prog_names::RSS_STAT) != Some(2) {
             mem.valid = 0;
+            // Before Linux 6.2 rss_stat passes (mm, member, count); the program reads the
+            // percpu counters the (mm, member) form implies.
+            mem_off = Some("no rss_stat tracepoint with (mm, member) arguments (Linux 6.2+)");
         }
         let mut srv = servers::offsets(btf);
-        for tp in [
-            "sock_recv_length",
-            "sock_send_length",
-            "inet_sock_set_state",
+        let mut servers_off = (srv.valid == 0).then_some(
+            "the kernel's BTF lacks the struct sock fields it reads (sk_type, __sk_common)",
+        );
+        for (tp, why) in [
+            (
+                "inet_sock_set_state",
+                "no BTF tracepoint sock:inet_sock_set_state with 3 arguments",
+            ),
+            (
+                "sock_send_length",
+                "no BTF tracepoint sock:sock_send_length (Linux 6.3+)",
+            ),
+            (
+                "sock_recv_length",
+                "no BTF tracepoint sock:sock_recv_length (Linux 6.3+)",
+            ),
         ] {
             if btf.tracepoint_args(tp) != Some(3) {
                 srv.valid = 0;
+                servers_off = Some(why);
             }
         }
         Ok(Self {
+            mem_off,
+            servers_off,
             servers: srv,
             tgid_off,
             pid_off,

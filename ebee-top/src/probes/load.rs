@@ -12,6 +12,7 @@ use aya::{
 use ebee_shared::{cpu::BinCfg, ctl::Ctl, global_names, map_names, prog_names};
 
 use super::layout::KernelLayout;
+use super::pipelines::{self, PipelineOff};
 use super::{
     OBJECT, ProbeConfig, ProbeError, Probes, bench, btf, cgroup, classify, cpu, flip, lifecycle,
     loader, mem, page_size, qos, servers, take_map, wait, write_bins,
@@ -25,6 +26,7 @@ impl Probes {
         }
         let unsupported = |e: &dyn std::fmt::Display| ProbeError::Unsupported(e.to_string());
         let cgroup_fs = crate::os::cgroup::detect(cfg.cgroups);
+        let cgroups_mounted = cgroup_fs.is_some();
         // The kernel's BTF is read once, for the layout and for the ids of the tracepoints the
         // tp_btf programs attach to (all aya needs of it: see `btf::Btf::tracepoint_blob`),
         // and freed before aya parses those.
@@ -44,6 +46,7 @@ impl Probes {
         }
         // A hierarchy whose chain the kernel's BTF cannot give is not followed.
         let cgroup_fs = cgroup_fs.filter(|_| layout.cg.on != 0);
+        let mut off = pipelines_off_by_layout(cfg, &layout, cgroups_mounted);
         let aya_btf = btf::parse_for_aya(&blob).map_err(|e| unsupported(&e))?;
         drop(blob);
         let ncpus =
@@ -62,6 +65,9 @@ impl Probes {
             cgroup_fs.is_some(),
         );
         let with_servers = layout.has_servers() && !cfg.no_servers;
+        // Each optional pipeline's programs are loaded on their own below: a program this
+        // kernel's verifier refuses turns its pipeline off (with the verifier's reason), never
+        // the whole run.
         let srv_maps = if with_servers {
             Some(servers::ServerMaps::take(&mut ebpf)?)
         } else {
@@ -75,6 +81,12 @@ impl Probes {
         // The syscall programs: loaded now (so a verifier error shows at start), attached only
         // while something is pinned.
         let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, layout.qos, ncpus)?;
+        if let Some(r) = qos.refused() {
+            off.push(PipelineOff {
+                name: "syscalls",
+                reason: r.to_owned(),
+            });
+        }
 
         // The flip programs: loaded, never attached, run from userspace to close intervals.
         let flipper = flip::Flipper::load(&mut ebpf, prog_names::FLIP)?;
@@ -93,7 +105,34 @@ impl Probes {
             Some(m) => Some(servers::ServerDrain::new(m, ncpus)?),
             None => None,
         };
-        attach(&mut ebpf, &aya_btf, mem.is_some(), servers.is_some())?;
+        attach_core(&mut ebpf, &aya_btf)?;
+        let (mem_progs, srv_progs) = TP_BTF[3..].split_at(1);
+        let mem = match mem {
+            Some(m) => match attach_optional(&mut ebpf, &aya_btf, mem_progs) {
+                Ok(()) => Some(m),
+                Err(reason) => {
+                    off.push(PipelineOff {
+                        name: "memory",
+                        reason,
+                    });
+                    None
+                }
+            },
+            None => None,
+        };
+        let servers = match servers {
+            Some(s) => match attach_optional(&mut ebpf, &aya_btf, srv_progs) {
+                Ok(()) => Some(s),
+                Err(reason) => {
+                    off.push(PipelineOff {
+                        name: "servers",
+                        reason,
+                    });
+                    None
+                }
+            },
+            None => None,
+        };
         // Each CPU's clock starts at its first switch; make it now, not whenever it comes.
         cpu.kick_all();
 
@@ -132,8 +171,58 @@ impl Probes {
             page_size: u64::from(page_size()),
             ncpus,
             bins,
+            off,
         })
     }
+}
+
+/// The optional pipelines this kernel's layout (or the flags) leave off, with why.
+fn pipelines_off_by_layout(
+    cfg: ProbeConfig,
+    layout: &KernelLayout,
+    cgroups_mounted: bool,
+) -> Vec<PipelineOff> {
+    let mut off = Vec::new();
+    let mut push = |name: &'static str, reason: &str| {
+        off.push(PipelineOff {
+            name,
+            reason: reason.to_owned(),
+        });
+    };
+    if let Some(r) = layout.mem_off {
+        push("memory", r);
+    }
+    if cfg.no_servers {
+        push("servers", "--no-servers");
+    } else if let Some(r) = layout.servers_off {
+        push("servers", r);
+    }
+    if layout.wait.wait_valid == 0 {
+        push(
+            "waits",
+            "the kernel's BTF has no task_struct.sched_info.run_delay (CONFIG_SCHED_INFO off)",
+        );
+    }
+    if layout.wait.io_valid == 0 {
+        push(
+            "io",
+            "the kernel's BTF has no task_struct.ioac (CONFIG_TASK_IO_ACCOUNTING off)",
+        );
+    }
+    if cfg.cgroups == crate::os::cgroup::Want::Off {
+        push("cgroups", "--cgroups off");
+    } else if !cgroups_mounted {
+        push(
+            "cgroups",
+            "no cgroup hierarchy of the kind asked for is mounted",
+        );
+    } else if layout.cg.on == 0 {
+        push(
+            "cgroups",
+            "the kernel's BTF lacks the task -> cgroup chain it follows",
+        );
+    }
+    off
 }
 
 /// Load the object (maps created, no program loaded yet) with its globals set from `cfg` and
@@ -201,18 +290,11 @@ const TP_BTF: [(&str, &str); 7] = [
     (prog_names::SOCK_SEND, "sock_send_length"),
 ];
 
-/// Load and attach the always-on tp_btf programs: the CPU pipeline and process lifecycle, and
-/// the memory pipeline when `mem`, the servers pipeline when `servers`. Only after the first
-/// interval is open and primed: from the first switch on, every slice is charged to an
-/// interval.
-fn attach(ebpf: &mut Ebpf, btf: &aya::Btf, mem: bool, servers: bool) -> Result<(), ProbeError> {
-    let (always, rest) = TP_BTF.split_at(3);
-    let (mem_progs, srv_progs) = rest.split_at(1);
-    let progs = always
-        .iter()
-        .chain(mem_progs.iter().filter(|_| mem))
-        .chain(srv_progs.iter().filter(|_| servers));
-    for &(name, tp) in progs {
+/// Load and attach the CPU pipeline's and the process lifecycle's tp_btf programs, which
+/// every run needs: a refusal here ends the run. Only after the first interval is open and
+/// primed: from the first switch on, every slice is charged to an interval.
+fn attach_core(ebpf: &mut Ebpf, btf: &aya::Btf) -> Result<(), ProbeError> {
+    for &(name, tp) in &TP_BTF[..3] {
         let prog: &mut BtfTracePoint = ebpf
             .program_mut(name)
             .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
@@ -222,4 +304,40 @@ fn attach(ebpf: &mut Ebpf, btf: &aya::Btf, mem: bool, servers: bool) -> Result<(
         prog.attach().map_err(classify(name))?;
     }
     Ok(())
+}
+
+/// Load and attach one optional pipeline's programs, all or none: when the kernel refuses one,
+/// those already attached are unloaded again and the reason is returned (one line).
+fn attach_optional(ebpf: &mut Ebpf, btf: &aya::Btf, progs: &[(&str, &str)]) -> Result<(), String> {
+    let mut attach = |name: &str, tp: &str| -> Result<(), String> {
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("the eBPF object has no program {name}"))?
+            .try_into()
+            .map_err(|e| pipelines::refused(name, &e))?;
+        prog.load(tp, btf)
+            .map_err(|e| pipelines::refused(name, &e))?;
+        prog.attach()
+            .map(drop)
+            .map_err(|e| pipelines::refused(name, &e))
+    };
+    let mut result = Ok(());
+    for &(name, tp) in progs {
+        result = attach(name, tp);
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_err() {
+        for &(name, _) in progs {
+            if let Some(p) = ebpf.program_mut(name) {
+                let p: Result<&mut BtfTracePoint, _> = p.try_into();
+                // A program that never loaded has nothing to unload: that error is expected.
+                if let Ok(p) = p {
+                    let _ = p.unload();
+                }
+            }
+        }
+    }
+    result
 }

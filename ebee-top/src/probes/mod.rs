@@ -23,6 +23,7 @@ mod loader;
 mod maps;
 pub mod mem;
 mod percpu;
+pub mod pipelines;
 pub mod preflight;
 pub mod qos;
 mod raw_array;
@@ -42,6 +43,7 @@ use thiserror::Error;
 pub use bench::SwitchFloor;
 pub use cpu::{CpuCharge, RawInterval};
 pub use maps::MapMem;
+pub use pipelines::PipelineOff;
 
 /// The eBPF object built by build.rs.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ebee-top-ebpf"));
@@ -134,6 +136,8 @@ pub struct Probes {
     loaded: std::time::Instant,
     /// Drains since the statistics were last turned on.
     window_drains: u32,
+    /// The optional pipelines that are off in this run, and why.
+    off: Vec<PipelineOff>,
 }
 
 /// True when `e` (or anything it wraps) is an EPERM/EACCES from the kernel.
@@ -331,6 +335,12 @@ impl Probes {
     /// True when the memory pipeline (rss_stat) is attached.
     pub fn mem_available(&self) -> bool {
         self.mem.is_some()
+    }
+
+    /// The optional pipelines that are off in this run (this kernel lacks what they need, its
+    /// verifier refused one of their programs, or a flag), each with a one-line reason.
+    pub fn pipelines_off(&self) -> &[PipelineOff] {
+        &self.off
     }
 
     /// The kernel's page size in bytes.

@@ -40,6 +40,8 @@ pub enum DirError {
     Symlink(PathBuf),
     #[error("{}: exists and is not a directory", .0.display())]
     NotDirectory(PathBuf),
+    #[error("{}: another ebee-top is recording into it", .0.display())]
+    Busy(PathBuf),
     #[error("{}: not writable ({source})", path.display())]
     NotWritable {
         path: PathBuf,
@@ -118,16 +120,48 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, DirError> {
     match made {
         Ok(_) => {
             let _ = std::fs::remove_file(&probe);
-            Ok(dir)
         }
-        Err(source) => Err(DirError::NotWritable { path: dir, source }),
+        Err(source) => return Err(DirError::NotWritable { path: dir, source }),
     }
+    // Two agents in one folder would delete each other's files to keep their budgets.
+    drop(lock(&dir)?);
+    Ok(dir)
+}
+
+/// An exclusive lock on DIR itself (flock on the directory), held while recording into it.
+pub fn lock(dir: &Path) -> Result<std::fs::File, DirError> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|source| DirError::Io {
+            what: "opening",
+            path: dir.into(),
+            source,
+        })?;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: flock on a descriptor we own; no memory is passed.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            DirError::Busy(dir.into())
+        } else {
+            DirError::Io {
+                what: "locking",
+                path: dir.into(),
+                source: e,
+            }
+        });
+    }
+    Ok(f)
 }
 
 /// `ebee-top-YYYYMMDDTHHMMSSZ.ebr` for a start at `t_ms` (`-N` before the dot when that second
 /// already has a file).
 pub fn file_name(t_ms: u64, n: u32) -> String {
-    let (y, mo, d, h, mi, s) = civil(t_ms / 1000);
+    let t = t_ms / 1000;
+    let (y, mo, d) = crate::time::civil_date(t / 86_400);
+    let (h, mi, s) = (t / 3600 % 24, t / 60 % 60, t % 60);
     let tail = if n == 0 {
         String::new()
     } else {
@@ -152,29 +186,6 @@ pub fn is_own_name(name: &str) -> bool {
     digits(&b[..8])
         && digits(&b[9..15])
         && (b.len() == 16 || (b[16] == b'-' && b.len() > 17 && digits(&b[17..])))
-}
-
-/// UTC calendar date and time of Unix seconds `t` (the civil-from-days algorithm).
-pub fn civil(t: u64) -> (u64, u64, u64, u64, u64, u64) {
-    let days = (t / 86_400) as i64;
-    let sod = t % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (
-        y.max(0) as u64,
-        m as u64,
-        d as u64,
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60,
-    )
 }
 
 /// Bytes a file takes on disk.
@@ -248,6 +259,8 @@ fn sort_key(p: &Path) -> (String, u64) {
 /// The flight recorder's writer: the current file, and the finished ones it may delete.
 pub struct DirWriter {
     opts: DirOptions,
+    /// The lock on DIR, held while this writer lives.
+    _lock: std::fs::File,
     meta: Meta,
     cur: Writer,
     /// Hour (wall-clock ms / FILE_SPAN_MS) the current file belongs to.
@@ -263,18 +276,19 @@ pub struct DirWriter {
 
 impl DirWriter {
     /// Start recording into `opts.dir` (prepared by [`prepare`]) with a new file.
-    pub fn create(opts: DirOptions, meta: Meta) -> Result<Self, RecordError> {
-        let finished = scan(&opts.dir).map_err(|e| match e {
-            DirError::Io { what, path, source } => RecordError::io(what, &path, source),
-            other => RecordError::io(
-                "reading",
-                &opts.dir,
-                std::io::Error::other(other.to_string()),
-            ),
-        })?;
+    pub fn create(opts: DirOptions, meta: Meta) -> Result<Self, DirError> {
+        let lock = lock(&opts.dir)?;
+        let finished = scan(&opts.dir)?;
+        let dir = opts.dir.clone();
+        let io = move |e: RecordError| DirError::Io {
+            what: "recording into",
+            path: dir.clone(),
+            source: std::io::Error::other(e.to_string()),
+        };
         let now = now_ms();
-        let cur = Self::new_file(&opts.dir, &meta, now)?;
+        let cur = Self::new_file(&opts.dir, &meta, now).map_err(&io)?;
         let mut w = Self {
+            _lock: lock,
             cur_span: now / FILE_SPAN_MS,
             finished: finished.into(),
             records: 0,
@@ -285,7 +299,7 @@ impl DirWriter {
             meta,
             opts,
         };
-        w.make_room(0)?;
+        w.make_room(0).map_err(&io)?;
         Ok(w)
     }
 
@@ -486,6 +500,11 @@ mod tests {
             prepare(&t.path().join("no/such/parent")),
             Err(DirError::Io { .. })
         ));
+        // A folder another writer holds.
+        let held = lock(&d).unwrap();
+        assert!(matches!(prepare(&d), Err(DirError::Busy(_))));
+        drop(held);
+        prepare(&d).unwrap();
     }
 
     #[test]

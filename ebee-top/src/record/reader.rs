@@ -359,6 +359,22 @@ impl<R: Read + Seek> Reader<R> {
         self.entries.is_empty()
     }
 
+    /// The source the records are read from (a timeline closes and reopens its files).
+    pub fn source_mut(&mut self) -> &mut R {
+        &mut self.src
+    }
+
+    pub fn source_ref(&self) -> &R {
+        &self.src
+    }
+
+    /// Drop what decoding keeps between reads (the last record's tables and payload, the
+    /// key's dictionary); the next read starts again from its key record.
+    pub fn forget_cache(&mut self) {
+        self.chain = None;
+        self.key = None;
+    }
+
     /// What was found wrong while indexing, in file order.
     pub fn damage(&self) -> &[Damage] {
         &self.damage

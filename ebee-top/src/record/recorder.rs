@@ -122,7 +122,6 @@ impl Recorder {
                     let r = w.append(&b);
                     st.records = w.records();
                     st.bytes = w.bytes();
-                    st.path = Sink::path(&w).display().to_string();
                     st.dropped = dropped_t.load(std::sync::atomic::Ordering::Relaxed);
                     let mut now = st.dropped != last_dropped;
                     last_dropped = st.dropped;
@@ -130,6 +129,8 @@ impl Recorder {
                         Ok(Appended::Written) => {}
                         Ok(Appended::Rotated) => {
                             st.rotations += 1;
+                            // The flight recorder's new file has a name of its own.
+                            st.path = Sink::path(&w).display().to_string();
                             now = true;
                         }
                         Ok(Appended::Full) => {

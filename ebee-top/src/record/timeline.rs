@@ -4,7 +4,10 @@
 //! ignored, a damaged one is reported and skipped, and the rest plays. A stretch with no
 //! intervals (the agent was down) is a gap with its length, never intervals of zeros.
 
+use std::collections::VecDeque;
 use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use super::reader::FrameError;
@@ -12,10 +15,88 @@ use super::{Meta, Reader, RecordError};
 use crate::batch::Batch;
 use crate::time::TimeSpec;
 
+/// Files of a folder kept open at once: a week of hourly files is 168, and a descriptor each
+/// could pass a process's limit; the others are reopened when read.
+const MAX_OPEN: usize = 8;
+
+/// A file opened when it is read and closed when the timeline needs its descriptor back.
+pub struct LazyFile {
+    path: PathBuf,
+    /// Through a symlink (a single file named on the command line); never in a folder.
+    follow: bool,
+    file: Option<File>,
+    pos: u64,
+    len: u64,
+}
+
+impl LazyFile {
+    /// Open `path` (a regular file; through a symlink only with `follow`) to index it.
+    fn open(path: &Path, follow: bool) -> Result<Self, RecordError> {
+        let mut f = Self {
+            path: path.into(),
+            follow,
+            file: None,
+            pos: 0,
+            len: 0,
+        };
+        let file = f.file().map_err(|e| RecordError::io("opening", path, e))?;
+        let m = file
+            .metadata()
+            .map_err(|e| RecordError::io("inspecting", path, e))?;
+        if !m.is_file() {
+            return Err(RecordError::NotRegular(path.into()));
+        }
+        f.len = m.len();
+        Ok(f)
+    }
+
+    fn file(&mut self) -> std::io::Result<&mut File> {
+        if self.file.is_none() {
+            let nofollow = if self.follow { 0 } else { libc::O_NOFOLLOW };
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nofollow | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(&self.path)?;
+            self.file = Some(f);
+        }
+        // Just set above when it was None.
+        self.file
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("closed"))
+    }
+
+    fn close(&mut self) {
+        self.file = None;
+    }
+}
+
+impl Read for LazyFile {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let pos = self.pos;
+        let f = self.file()?;
+        f.seek(SeekFrom::Start(pos))?;
+        let n = f.read(buf)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for LazyFile {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let new = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = new.ok_or_else(|| std::io::Error::other("seek before the start"))?;
+        Ok(self.pos)
+    }
+}
+
 /// One file of the timeline.
 struct Part {
     path: PathBuf,
-    reader: Reader<File>,
+    reader: Reader<LazyFile>,
 }
 
 /// Recordings read as one run of intervals.
@@ -30,6 +111,8 @@ pub struct Timeline {
     notes: Vec<String>,
     /// Files in DIR that are not recordings (or not regular files), left alone.
     ignored: usize,
+    /// Parts whose file is open, the most recently read last.
+    open: VecDeque<usize>,
 }
 
 impl Timeline {
@@ -42,7 +125,10 @@ impl Timeline {
         if m.is_dir() {
             return Self::open_dir(path);
         }
-        let reader = Reader::open(path)?;
+        if !m.is_file() {
+            return Err(RecordError::NotRegular(path.into()));
+        }
+        let reader = Reader::new(LazyFile::open(path, true)?, path)?;
         let notes = reader.damage().iter().map(ToString::to_string).collect();
         let reader = reader.nonempty(path)?;
         Ok(Self::of(
@@ -75,8 +161,12 @@ impl Timeline {
                 ignored += 1;
                 continue;
             }
-            match Reader::open(&path).and_then(|r| r.nonempty(&path)) {
-                Ok(reader) => {
+            let opened = LazyFile::open(&path, false)
+                .and_then(|f| Reader::new(f, &path))
+                .and_then(|r| r.nonempty(&path));
+            match opened {
+                Ok(mut reader) => {
+                    reader.source_mut().close();
                     let file = name.to_string_lossy();
                     notes.extend(reader.damage().iter().map(|d| format!("{file}: {d}")));
                     parts.push(Part { path, reader });
@@ -115,6 +205,7 @@ impl Timeline {
             len,
             notes,
             ignored,
+            open: VecDeque::new(),
         }
     }
 
@@ -196,7 +287,26 @@ impl Timeline {
     /// Decode interval `i`.
     pub fn read(&mut self, i: usize) -> Result<Batch, FrameError> {
         let (p, j) = self.locate(i).ok_or(FrameError::OutOfRange(i))?;
+        if self.open.back() != Some(&p) {
+            self.open.retain(|&q| q != p);
+            self.open.push_back(p);
+            if self.open.len() > MAX_OPEN
+                && let Some(q) = self.open.pop_front()
+            {
+                let r = &mut self.parts[q].reader;
+                r.source_mut().close();
+                r.forget_cache();
+            }
+        }
         self.parts[p].reader.read(j)
+    }
+
+    /// Files open now (at most `MAX_OPEN`, and one for a single file).
+    pub fn open_files(&self) -> usize {
+        self.parts
+            .iter()
+            .filter(|p| p.reader.source_ref().file.is_some())
+            .count()
     }
 
     /// The recorded interval length around interval `i`, ms.
@@ -355,6 +465,30 @@ mod tests {
         let mut back = tl.read(39).unwrap();
         back.t_ms = 0;
         assert_eq!(back, want[39]);
+    }
+
+    #[test]
+    fn a_folder_of_many_files_keeps_few_open() {
+        let t = tempfile::tempdir().unwrap();
+        let t0 = 1_796_525_225_000;
+        let mut all = Vec::new();
+        for f in 0..(MAX_OPEN as u64 * 3) {
+            let b = batches(f * 10 + 1, 10);
+            write(&t.path().join(format!("f{f:02}.ebr")), t0 + f * 10_000, &b);
+            all.extend(b);
+        }
+        let mut tl = Timeline::open(t.path()).unwrap();
+        assert_eq!(tl.open_files(), 0, "indexing closes every file");
+        for (i, want) in all.iter().enumerate() {
+            let mut got = tl.read(i).unwrap();
+            got.t_ms = want.t_ms;
+            assert_eq!(&got, want, "interval {i}");
+            assert!(tl.open_files() <= MAX_OPEN);
+        }
+        // Back to a file closed long ago: reopened, decoded from its key again.
+        let mut b = tl.read(3).unwrap();
+        b.t_ms = all[3].t_ms;
+        assert_eq!(b, all[3]);
     }
 
     #[test]

@@ -40,6 +40,21 @@ pub fn fmt_wall(t_ms: u64) -> String {
     )
 }
 
+/// The calendar date (year, month 1-12, day 1-31) of a day count since 1970-01-01.
+pub fn civil_date(days: u64) -> (i64, u32, u32) {
+    // Howard Hinnant's days-to-civil, for days on or after the epoch.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
 /// A length of time as an operator reads it: `45s`, `12m 5s`, `3h 20m`, `2d 4h`.
 pub fn fmt_span(ms: u64) -> String {
     let s = ms / 1000;
@@ -58,6 +73,8 @@ mod tests {
     #[test]
     fn wall_clock_format() {
         assert_eq!(fmt_wall(3_723_004), "01:02:03.004");
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(20_793), (2026, 12, 6));
         assert_eq!(fmt_span(1_500), "1.5s");
         assert_eq!(fmt_span(725_000), "12m 5s");
         assert_eq!(fmt_span(12_000_000), "3h 20m");

@@ -405,27 +405,12 @@ fn start_text(app: &App, start_ticks: u64) -> String {
     if now - at < 86_400 {
         format!("{:02}:{:02}", (at / 3600) % 24, (at / 60) % 60)
     } else {
-        let (_, mon, day) = civil(at / 86_400);
+        let (_, mon, day) = crate::time::civil_date(at / 86_400);
         const MONTHS: [&str; 12] = [
             "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
         ];
         format!("{}{day:02}", MONTHS[(mon as usize - 1) % 12])
     }
-}
-
-/// The calendar date (year, month 1-12, day 1-31) of a day count since 1970-01-01.
-fn civil(days: u64) -> (i64, u32, u32) {
-    // Howard Hinnant's days-to-civil, for days on or after the epoch.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {

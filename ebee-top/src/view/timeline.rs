@@ -111,7 +111,7 @@ fn lines(r: &ReplayControl, width: u16) -> Vec<Line<'static>> {
     let days = s.first_ms / 86_400_000 != s.last_ms / 86_400_000;
     let end = |t: u64| {
         if days {
-            let (_, m, d, ..) = crate::record::dir::civil(t / 1000);
+            let (_, m, d) = crate::time::civil_date(t / 86_400_000);
             format!("{m:02}-{d:02} {}", &fmt_wall(t)[..8])
         } else {
             fmt_wall(t)

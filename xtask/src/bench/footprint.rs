@@ -14,10 +14,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 
 use super::scale::tmux_pane;
-use super::{bin, ebee_bench, header, load_avg, median, num, publish, table_head, workload};
+use super::{
+    bin, busy_load, ebee_bench, header, load_avg, median, num, publish, table_head, workload,
+};
 
 /// `VmRSS` and `VmHWM` of a process, in KiB.
-fn rss_hwm(pid: u32) -> Option<(u64, u64)> {
+pub fn rss_hwm(pid: u32) -> Option<(u64, u64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib = |k: &str| {
         s.lines()
@@ -181,20 +183,6 @@ struct Recording {
     procs: f64,
     bytes_per_interval: f64,
     mb_per_hour: f64,
-}
-
-/// The busy load of the recording-size section (200 processes with Zipf-skewed duty cycles,
-/// 100 new a second), for `seconds`.
-fn busy_load(seconds: u64) -> Result<super::Workload> {
-    workload(&[
-        "mix",
-        "--procs",
-        "200",
-        "--churn-per-s",
-        "100",
-        "--seconds",
-        &seconds.to_string(),
-    ])
 }
 
 /// A minute of the busy load recorded at 50 ms, and its size per hour.

@@ -173,6 +173,9 @@ pub enum Which {
         /// The budget (`--retain`), MiB.
         #[arg(long, default_value_t = 64)]
         retain_mib: u64,
+        /// First, minutes of the agent at 1 s and at 50 ms for the size per hour (0: none).
+        #[arg(long, default_value_t = 10)]
+        size_minutes: u64,
     },
     /// Size of a recording per hour (and its encode/decode cost) on a busy and a moderate
     /// machine, at the default interval and longer ones.
@@ -185,9 +188,8 @@ pub enum Which {
 
 pub fn run(which: Which) -> Result<()> {
     crate::setup::setup(crate::setup::Needs {
-        test: false,
         bench: true,
-        screenshots: false,
+        ..Default::default()
     })?;
     util::build_release()?;
     match which {
@@ -212,7 +214,8 @@ pub fn run(which: Which) -> Result<()> {
         Which::Soak {
             minutes,
             retain_mib,
-        } => soak::run(minutes, retain_mib),
+            size_minutes,
+        } => soak::run(minutes, retain_mib, size_minutes),
         Which::Overhead { calls, rounds } => overhead::run(calls, rounds),
         Which::Qos { clients, requests } => qos::run(&clients, requests),
         Which::Record { seconds } => record::run(seconds),
@@ -271,6 +274,20 @@ pub fn workload(args: &[&str]) -> Result<Workload> {
         .spawn()
         .context("starting ebee-load")?;
     Ok(Workload(c))
+}
+
+/// The busy load of the recording-size section (200 processes with Zipf-skewed duty cycles,
+/// 100 new a second), for `seconds`.
+pub fn busy_load(seconds: u64) -> Result<Workload> {
+    workload(&[
+        "mix",
+        "--procs",
+        "200",
+        "--churn-per-s",
+        "100",
+        "--seconds",
+        &seconds.to_string(),
+    ])
 }
 
 /// A release binary run as root (through sudo when needed).

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
-use super::{as_root, header, load_avg, publish, table_head, workload};
+use super::footprint::rss_hwm;
+use super::{as_root, busy_load, header, load_avg, publish, table_head};
 
 /// Our recordings in `dir` (by the names the agent gives them), oldest first.
 fn recordings(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -45,24 +46,17 @@ fn used(dir: &Path) -> (u64, usize) {
     (bytes, files.len())
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
 
 fn agent(dir: &Path, retain: &str) -> Result<Child> {
+    agent_at(dir, retain, "0.01")
+}
+
+fn agent_at(dir: &Path, retain: &str, delay: &str) -> Result<Child> {
     as_root("ebee-top")
-        .args(["serve", "-d", "0.01", "--retain", retain, "--record-dir"])
+        .args(["serve", "-d", delay, "--retain", retain, "--record-dir"])
         .arg(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -136,13 +130,67 @@ fn slope(xs: &[f64], ys: &[f64]) -> f64 {
     if den == 0.0 { 0.0 } else { num / den }
 }
 
-pub fn run(minutes: u64, retain_mib: u64) -> Result<()> {
+/// The agent recording into a fresh folder at `delay` for `minutes` on the load already
+/// running: bytes per hour (the folder's files, by length) and intervals recorded.
+fn size_per_hour(delay: &str, minutes: u64) -> Result<(f64, usize)> {
+    let dir = std::env::temp_dir().join(format!("ebee-bench-size-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut c = agent_at(&dir, "100G", delay)?;
+    // Past start-up (loading, the first key record), then measure from a known size.
+    std::thread::sleep(Duration::from_secs(20));
+    let len = |d: &Path| -> u64 {
+        recordings(d)
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let b0 = len(&dir);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(minutes * 60));
+    let b1 = len(&dir);
+    let secs = t0.elapsed().as_secs_f64();
+    let pid = agent_pid(&c);
+    // SAFETY: a plain signal to the agent we started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = c.wait();
+    let out = as_root("ebee-top")
+        .arg("export")
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .output()
+        .context("exporting the size run")?;
+    let n = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(((b1 - b0) as f64 * 3600.0 / secs, n))
+}
+
+pub fn run(minutes: u64, retain_mib: u64, size_minutes: u64) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("ebee-bench-soak-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let retain = format!("{retain_mib}M");
     let budget = retain_mib << 20;
     let load = "`ebee-load mix --procs 200 --churn-per-s 100`";
-    let _busy = workload(&["mix", "--procs", "200", "--churn-per-s", "100"])?;
+    // Long enough for the size runs (20 s of start-up each), the soak and the read-back.
+    let load_secs = (2 * size_minutes + minutes) * 60 + 900;
+    let mut busy = busy_load(load_secs)?;
+    std::thread::sleep(Duration::from_secs(2));
+    anyhow::ensure!(
+        busy.0.try_wait()?.is_none(),
+        "the busy load (ebee-load mix) ended at once"
+    );
+    let mut sizes = Vec::new();
+    if size_minutes > 0 {
+        for (delay, label) in [("1", "1 s (the agent's default)"), ("0.05", "50 ms")] {
+            let (per_hour, n) = size_per_hour(delay, size_minutes)?;
+            sizes.push((label, per_hour, n));
+        }
+    }
     let total = Duration::from_secs(minutes * 60);
     let kills = [total / 3, total * 2 / 3];
     let start = Instant::now();
@@ -168,7 +216,7 @@ pub fn run(minutes: u64, retain_mib: u64) -> Result<()> {
                 run,
                 bytes,
                 files,
-                rss_kib: rss_kib(pid),
+                rss_kib: rss_hwm(pid).map_or(0, |(rss, _)| rss),
                 fds: fds(pid),
             });
         }
@@ -209,7 +257,10 @@ pub fn run(minutes: u64, retain_mib: u64) -> Result<()> {
     let warnings = String::from_utf8_lossy(&out.stderr).into_owned();
     let undecodable = warnings.lines().filter(|l| l.contains("skipped")).count();
     let mut body = String::new();
-    let cmd = format!("cargo xtask bench soak --minutes {minutes} --retain-mib {retain_mib}");
+    let cmd = format!(
+        "cargo xtask bench soak --minutes {minutes} --retain-mib {retain_mib} --size-minutes \
+         {size_minutes}"
+    );
     header(&mut body, "Flight recorder soak", &cmd, "")?;
     writeln!(
         body,
@@ -221,6 +272,32 @@ pub fn run(minutes: u64, retain_mib: u64) -> Result<()> {
         kills[1].as_secs() / 60,
         load_avg()
     )?;
+    if !sizes.is_empty() {
+        writeln!(
+            body,
+            "Size first: the agent alone (`serve --record-dir`, no budget in the way) for \
+             {size_minutes} minutes at each interval on the same load, measured from 20 s after \
+             its start. Burst bins (10 ms) are kept at every interval.\n"
+        )?;
+        table_head(
+            &mut body,
+            &[
+                "interval",
+                "intervals recorded",
+                "MB per hour",
+                "MB per day",
+            ],
+        )?;
+        for (label, per_hour, n) in &sizes {
+            writeln!(
+                body,
+                "| {label} | {n} | {:.1} | {:.0} |",
+                per_hour / 1e6,
+                per_hour * 24.0 / 1e6
+            )?;
+        }
+        writeln!(body, "\nThen the soak:\n")?;
+    }
     table_head(
         &mut body,
         &[

@@ -93,6 +93,7 @@ pub fn write(
 /// `--listen`, serve metrics meanwhile.
 pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let mut live = Live::start(super::probe_config(cli), cli.delay)?;
+    super::say_pipelines_off(&live);
     super::pin(&mut live, cli)?;
     let recorder = super::recording::start(cli, super::recording::stderr_notify())?;
     let metrics = super::metrics::start(endpoint, cli.metrics_top)?;
@@ -115,11 +116,12 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
     let mut host = HostSampler::start();
     while !quit.load(std::sync::atomic::Ordering::Relaxed) {
         let Some(b) = source.next_batch()? else { break };
-        latency.drained(b.end_ns, monotonic_ns());
-        model.ingest(&b);
+        let end_ns = b.end_ns;
+        latency.drained(end_ns, monotonic_ns());
+        model.ingest_owned(b);
         let h = host.read();
         match write(&mut out, &model, k, cli.format, h).and_then(|()| out.flush()) {
-            Ok(()) => latency.shown(b.end_ns, monotonic_ns()),
+            Ok(()) => latency.shown(end_ns, monotonic_ns()),
             // The reader went away (`| head`): that is a normal end.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
             Err(e) => return Err(e).context("writing output"),

@@ -353,6 +353,7 @@ pub fn serve(a: &ServeArgs, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
         cgroups: crate::os::cgroup::Want::Auto,
     };
     let mut live = Live::start(cfg, a.delay)?;
+    super::say_pipelines_off(&live);
     if !a.pids.is_empty() {
         live.set_pins(&a.pids)?;
     }

@@ -30,6 +30,8 @@ pub enum PinError {
     TooMany(usize),
     #[error("syscall QoS needs x86-64 syscall numbers; this is another architecture")]
     Unsupported,
+    #[error("pinning is not available on this kernel: {0}")]
+    Refused(String),
 }
 
 /// One pinned process's closed interval as read from the kernel.
@@ -92,6 +94,8 @@ pub(super) struct QosProbes {
     pub(super) offsets: Offsets,
     /// CPUs whose in-flight `sys_exit` could not be waited for (cumulative).
     pub(super) handshake_timeouts: u64,
+    /// Why the kernel refused a syscall program (None: both loaded); pins are then refused.
+    refused: Option<String>,
 }
 
 impl QosProbes {
@@ -103,13 +107,21 @@ impl QosProbes {
         ncpus: usize,
     ) -> Result<Self, ProbeError> {
         let maps = maps::QosMaps::take(ebpf, ncpus)?;
+        let mut refused = None;
         for name in [prog_names::SYS_ENTER, prog_names::SYS_EXIT] {
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(name)
                 .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
                 .try_into()
                 .map_err(classify(name))?;
-            prog.load(name, btf).map_err(classify(name))?;
+            // A refusal turns pinning off, not the run: the other pipelines do not need these.
+            if let Err(e) = prog.load(name, btf) {
+                if super::is_permission(&e) {
+                    return Err(ProbeError::Permission);
+                }
+                refused = Some(super::pipelines::refused(name, &e));
+                break;
+            }
         }
         Ok(Self {
             maps,
@@ -117,7 +129,13 @@ impl QosProbes {
             links: None,
             offsets,
             handshake_timeouts: 0,
+            refused,
         })
+    }
+
+    /// Why the kernel refused the syscall programs (None: pinning works).
+    pub(super) fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// The pinned processes, in slot order.
@@ -136,6 +154,9 @@ impl QosProbes {
     pub(super) fn set_pins(&mut self, ebpf: &mut Ebpf, pids: &[u32]) -> Result<(), ProbeError> {
         if !cfg!(target_arch = "x86_64") && !pids.is_empty() {
             return Err(ProbeError::Pin(PinError::Unsupported));
+        }
+        if let (Some(r), false) = (&self.refused, pids.is_empty()) {
+            return Err(ProbeError::Pin(PinError::Refused(r.clone())));
         }
         for &pid in pids {
             if pid == 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {

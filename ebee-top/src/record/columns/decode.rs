@@ -16,11 +16,7 @@ pub(super) fn decode_with(
     let mut d = In {
         inp,
         rc: rc::Decoder::new(rc_bytes),
-        ms: match (models, reference) {
-            (Some(m), Some(_)) if chain => m,
-            (None, Some(r)) if chain => r.models.clone(),
-            _ => Models::new(chain),
-        },
+        ms: Models::starting(models, reference, chain),
         chain,
         sm: version >= 4,
         sparse: version >= 6,

@@ -23,11 +23,7 @@ pub(super) fn encode_with(
     let mut o = Out {
         bytes: Vec::new(),
         rc: rc::Encoder::measured(tracking()),
-        ms: match (models, reference) {
-            (Some(m), Some(_)) if chain => m,
-            (None, Some(r)) if chain => r.models.clone(),
-            _ => Models::new(chain),
-        },
+        ms: Models::starting(models, reference, chain),
         chain,
         sm: version >= 4,
         sparse: version >= 6,

@@ -58,6 +58,20 @@ pub struct Models {
 }
 
 impl Models {
+    /// What a payload starts from: given `models` in a chain with a reference, else a copy
+    /// of the reference's, else fresh ones (format 2 always starts afresh).
+    pub(super) fn starting(
+        models: Option<Models>,
+        reference: Option<&Tables>,
+        chain: bool,
+    ) -> Self {
+        match (models, reference) {
+            (Some(m), Some(_)) if chain => m,
+            (None, Some(r)) if chain => r.models.clone(),
+            _ => Models::new(chain),
+        }
+    }
+
     pub(super) fn new(chain: bool) -> Self {
         Self {
             counting: chain,

@@ -96,6 +96,9 @@ enum Cmd {
         #[arg(long, default_value = "getppid")]
         kind: String,
     },
+    /// Print how many eBPF programs and maps the kernel holds, all owners (`programs N maps
+    /// M`): the kernel matrix checks that ebee-top leaves none behind when it exits.
+    BpfObjects,
     /// Sleep `ms` in a loop (nanosleep), forever or for `seconds`.
     Sleeper {
         #[arg(long, default_value_t = 10)]
@@ -511,6 +514,12 @@ fn main() {
     let args = Args::parse();
     match args.cmd {
         Cmd::Syscalls { calls, kind } => syscalls::syscalls(calls, &kind),
+        Cmd::BpfObjects => {
+            // An entry that cannot be read (gone meanwhile) is still counted: it existed.
+            let programs = aya::programs::loaded_programs().count();
+            let maps = aya::maps::loaded_maps().count();
+            println!("programs {programs} maps {maps}");
+        }
         Cmd::Sleeper { ms, seconds } => {
             let stop = deadline(seconds);
             while stop.is_none_or(|s| Instant::now() < s) {
