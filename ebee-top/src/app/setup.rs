@@ -270,29 +270,29 @@ mod tests {
         let rows = a.setup_rows();
         // The automatic layout's columns first, shown; then the others.
         assert_eq!(rows[0], SetupRow::Column(Column::Pid, true));
-        assert_eq!(rows[11], SetupRow::Column(Column::Nice, false));
-        assert_eq!(rows.len(), 17 + 4);
-        for _ in 0..11 {
+        assert_eq!(rows[12], SetupRow::Column(Column::Nice, false));
+        assert_eq!(rows.len(), 18 + 4);
+        for _ in 0..12 {
             key(&mut a, KeyCode::Down);
         }
         assert_eq!(key(&mut a, KeyCode::Char(' ')), Effect::SaveSettings);
         let mut want = AUTO_COLUMNS.to_vec();
-        want.insert(10, Column::Nice);
+        want.insert(11, Column::Nice);
         assert_eq!(a.columns.as_ref(), Some(&want));
         assert_eq!(a.settings.columns.as_ref(), Some(&want));
-        // The cursor stayed on NI, now the eleventh shown column.
-        assert_eq!(cursor(&a), 10);
+        // The cursor stayed on NI, now the twelfth shown column.
+        assert_eq!(cursor(&a), 11);
         // `]` moves it after COMMAND, `[` back; Shift-Up as `[`.
         key(&mut a, KeyCode::Char(']'));
         assert_eq!(a.columns.as_ref().unwrap().last(), Some(&Column::Nice));
-        assert_eq!(cursor(&a), 11);
+        assert_eq!(cursor(&a), 12);
         a.update(Msg::Input(Event::Key(KeyEvent::new(
             KeyCode::Up,
             KeyModifiers::SHIFT,
         ))));
-        assert_eq!(a.columns.as_ref().unwrap()[10], Column::Nice);
+        assert_eq!(a.columns.as_ref().unwrap()[11], Column::Nice);
         // Hide PID.
-        for _ in 0..10 {
+        for _ in 0..11 {
             key(&mut a, KeyCode::Up);
         }
         assert_eq!(cursor(&a), 0);
@@ -310,7 +310,7 @@ mod tests {
     fn f2_sets_the_sort_interval_colours_and_tree() {
         let mut a = App::new(20, Duration::from_millis(50));
         key(&mut a, KeyCode::F(2));
-        for _ in 0..17 {
+        for _ in 0..18 {
             key(&mut a, KeyCode::Down);
         }
         assert_eq!(a.setup_rows()[cursor(&a)], SetupRow::Sort);

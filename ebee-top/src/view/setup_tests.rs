@@ -53,7 +53,7 @@ fn the_setup_screen_lists_columns_settings_and_keys() {
     let mut a = three();
     a.settings_note =
         "changes apply at once and are saved to /root/.config/ebee-top/config.toml".into();
-    a.overlay = Some(Overlay::Setup(11));
+    a.overlay = Some(Overlay::Setup(12));
     let t = draw(&a, 100, 32);
     assert!(t.contains("[x] PID"), "{t}");
     assert!(t.contains(">[ ] NI"), "{t}");
@@ -64,7 +64,7 @@ fn the_setup_screen_lists_columns_settings_and_keys() {
     assert!(t.contains("Shift-Up/Down move a column"), "{t}");
     insta::assert_snapshot!("setup_100x32", t);
     // 80x24 holds fewer lines than there are: the list scrolls to the cursor, the legend stays.
-    a.overlay = Some(Overlay::Setup(20));
+    a.overlay = Some(Overlay::Setup(21));
     let t = draw(&a, 80, 24);
     assert!(t.contains(">    tree") && t.contains("Esc/F2"), "{t}");
     insta::assert_snapshot!("setup_80x24", t);
