@@ -141,6 +141,9 @@ pub struct CpuState {
     pub running: u32,
     /// Burst-bin geometry of the interval being written.
     pub bins: BinCfg,
+    /// The last slices on this CPU, for the culprits of run-queue waits (written only while
+    /// the off-CPU split is on).
+    pub ring: crate::wait::SliceRing,
 }
 
 /// What userspace passes to `cpu_flip` (the raw_tracepoint context of the test run): the
@@ -263,7 +266,10 @@ mod tests {
     #[test]
     fn layout_has_no_padding() {
         assert_eq!(core::mem::size_of::<CpuSlot>(), 32);
-        assert_eq!(core::mem::size_of::<CpuState>(), 64);
+        assert_eq!(
+            core::mem::size_of::<CpuState>(),
+            64 + core::mem::size_of::<crate::wait::SliceRing>()
+        );
         assert_eq!(core::mem::size_of::<CpuFlipArgs>(), 32);
         assert_eq!(core::mem::size_of::<CpuTrace>(), 48);
         assert_eq!(

@@ -20,6 +20,12 @@ pub trait Slot: Copy {
     fn weight(&self) -> u64;
     /// Fold `other` (same key) into `self`.
     fn merge(&mut self, other: &Self);
+    /// Whether `other` counts the same thing as `self`. By default, the same key; a slot whose
+    /// key is only a hash of what it counts (a pair of processes) compares the whole.
+    #[inline(always)]
+    fn same(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
 }
 
 /// Odd multipliers for the per-stage multiplicative hashes (Knuth's golden ratio and
@@ -55,7 +61,7 @@ pub fn update<S: Slot, const D: usize, const W: usize>(
     // Stage 0: always insert.
     {
         let slot = &mut stages[0][index(carry.key(), 0, W)];
-        if slot.key() == carry.key() {
+        if slot.same(&carry) {
             slot.merge(&carry);
             return None;
         }
@@ -69,7 +75,7 @@ pub fn update<S: Slot, const D: usize, const W: usize>(
     let mut stage = 1;
     while stage < D {
         let slot = &mut stages[stage][index(carry.key(), stage, W)];
-        if slot.key() == carry.key() {
+        if slot.same(&carry) {
             slot.merge(&carry);
             return None;
         }
@@ -131,7 +137,7 @@ pub fn update_favour<S: Slot, const D: usize, const W: usize>(
     while stage < D {
         let i = index(key, stage, W);
         let slot = &mut stages[stage][i];
-        if slot.key() == key {
+        if slot.same(&incoming) {
             slot.merge(&incoming);
             return None;
         }

@@ -32,6 +32,7 @@ mod pod {
         crate::cgroup::CgSketch,
         crate::cgroup::CgOffsets,
         crate::cpu::CpuState,
+        crate::wait::PairSketch,
         crate::cpu::CpuTrace,
         crate::ctl::Ctl,
         crate::lifecycle::LifecycleEvent,
@@ -106,6 +107,7 @@ pub mod map_names {
     pub const MEM_TRACE: &str = "MEM_TRACE";
     pub const WAIT_SKETCH: &str = "WAIT_SKETCH";
     pub const IO_SKETCH: &str = "IO_SKETCH";
+    pub const PAIR_SKETCH: &str = "PAIR_SKETCH";
     pub const WAIT_THREADS: &str = "WAIT_THREADS";
     pub const WAIT_SHADOW0: &str = "WAIT_SHADOW0";
     pub const WAIT_SHADOW1: &str = "WAIT_SHADOW1";

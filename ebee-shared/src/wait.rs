@@ -286,6 +286,9 @@ pub struct Deltas {
     pub io_ns: u64,
     pub blocked_ns: u64,
     pub sleep_ns: u64,
+    /// Monotonic time of the switch-in that ended the gap (0: unknown), where the wait in
+    /// `wait_ns` ended.
+    pub in_ns: u64,
 }
 
 /// The switch-in of a thread whose slot is `seen`, at monotonic `now_ns`: stamp the end of
@@ -315,6 +318,7 @@ pub fn switch_out(seen: &mut ThreadSeen, now: &ThreadNow) -> Option<Deltas> {
     // since the last switch-out is all of it: a thread accrues no wait while it runs). No
     // switch-in stamp (missed, or the split is off) or a stamp out of order: nothing.
     if seen.out_ns != 0 && seen.in_ns > seen.out_ns {
+        d.in_ns = seen.in_ns;
         let off = (seen.in_ns - seen.out_ns).saturating_sub(d.wait_ns);
         match seen.class {
             OFF_IO => d.io_ns = off,
@@ -338,6 +342,186 @@ pub fn switch_out(seen: &mut ThreadSeen, now: &ThreadNow) -> Option<Deltas> {
         };
     }
     known.then_some(d)
+}
+
+/// Slice ends each CPU keeps for the culprits of run-queue waits (a power of two, more than
+/// [`CULPRITS`]).
+pub const RING: usize = 8;
+/// Slices a wait is charged to at most (the last ones before it ended; the sketch sums a
+/// culprit met twice); the rest of it is unattributed.
+pub const CULPRITS: usize = 4;
+/// The culprit of the part of a wait the CPU spent idle: wakeup latency (the idle task).
+pub const CULPRIT_IDLE: u32 = 0;
+/// The culprit of the part of a wait no slice on this CPU explains (older than the ring, spent
+/// queued on another CPU before a migration, or beyond `CULPRITS`).
+pub const CULPRIT_UNKNOWN: u32 = u32::MAX;
+/// Stages of the (victim, culprit) sketch.
+pub const PAIR_STAGES: usize = 4;
+/// Slots per stage of the (victim, culprit) sketch (a power of two).
+pub const PAIR_SLOTS: usize = 256;
+
+/// The end of one slice on a CPU: who ran, and when it left (monotonic ns). Its start is the
+/// end of the entry before it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SliceEnd {
+    /// Process that ran (0: the CPU was idle).
+    pub tgid: u32,
+    pub _pad: u32,
+    pub end_ns: u64,
+}
+
+/// The last [`RING`] slice ends on one CPU (in its `CpuState`), appended at every switch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SliceRing {
+    /// Entries written so far; the newest is at `(head - 1) % RING`.
+    pub head: u64,
+    pub ent: [SliceEnd; RING],
+}
+
+impl SliceRing {
+    /// A switch at monotonic `end_ns` ended a slice of `tgid` (0: idle).
+    #[inline(always)]
+    pub fn push(&mut self, tgid: u32, end_ns: u64) {
+        let i = (self.head as usize) & (RING - 1);
+        self.ent[i] = SliceEnd {
+            tgid,
+            _pad: 0,
+            end_ns,
+        };
+        self.head += 1;
+    }
+
+    /// The culprits of a run-queue wait of `wait_ns` that ended at `in_ns` with a switch-in on
+    /// this CPU (before that switch's own slice end is pushed): each slice overlapping
+    /// `[in_ns - wait_ns, in_ns]`, newest first, is passed to `charge` with its overlap, at
+    /// most [`CULPRITS`] of them. Returns the part of the wait no slice explained. A ring whose
+    /// newest end is not `in_ns` did not see that switch-in: all of it is unexplained.
+    #[inline(always)]
+    pub fn blame(&self, in_ns: u64, wait_ns: u64, mut charge: impl FnMut(u32, u64)) -> u64 {
+        let head = self.head as usize;
+        if head < CULPRITS + 1 || self.ent[(head - 1) & (RING - 1)].end_ns != in_ns {
+            return wait_ns;
+        }
+        let lo = in_ns.saturating_sub(wait_ns);
+        let mut left = wait_ns;
+        // Written out slice by slice, not as a loop: the verifier then walks each charge once
+        // instead of once per iteration and path (a loop around the sketch's insert exceeded
+        // its million instructions).
+        macro_rules! slice {
+            ($k:expr) => {{
+                let end = self.ent[(head - 1 - $k) & (RING - 1)].end_ns;
+                let start = self.ent[(head - 2 - $k) & (RING - 1)].end_ns;
+                if start == 0 || start > end {
+                    return left;
+                }
+                let ov = end.saturating_sub(if start > lo { start } else { lo });
+                if ov > 0 {
+                    charge(self.ent[(head - 1 - $k) & (RING - 1)].tgid, ov);
+                    left = left.saturating_sub(ov);
+                }
+                if start <= lo {
+                    return left;
+                }
+            }};
+        }
+        slice!(0);
+        slice!(1);
+        slice!(2);
+        slice!(3);
+        left
+    }
+}
+
+/// One slot of the (victim, culprit) sketch: the run-queue wait of process `victim` charged to
+/// process `culprit` (or [`CULPRIT_IDLE`], [`CULPRIT_UNKNOWN`]) in the interval.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairSlot {
+    /// The waiting process; 0 marks an empty slot.
+    pub victim: u32,
+    pub culprit: u32,
+    pub wait_ns: u64,
+}
+
+impl hashpipe::Slot for PairSlot {
+    /// A hash of the pair, never 0 for a used slot: only where the slot goes, the pair itself
+    /// is compared by [`hashpipe::Slot::same`].
+    #[inline(always)]
+    fn key(&self) -> u32 {
+        if self.victim == 0 {
+            0
+        } else {
+            (self.victim.wrapping_mul(0x9E37_79B1) ^ self.culprit.wrapping_mul(0x85EB_CA77)) | 1
+        }
+    }
+    #[inline(always)]
+    fn weight(&self) -> u64 {
+        self.wait_ns
+    }
+    #[inline(always)]
+    fn merge(&mut self, other: &Self) {
+        self.wait_ns += other.wait_ns;
+    }
+    #[inline(always)]
+    fn same(&self, other: &Self) -> bool {
+        self.victim == other.victim && self.culprit == other.culprit
+    }
+}
+
+/// One interval's (victim, culprit) sketch on one CPU (a `PerCpuArray` value; index =
+/// interval parity), and the totals of what was charged.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PairSketch {
+    pub stages: [[PairSlot; PAIR_SLOTS]; PAIR_STAGES],
+    /// Wait charged to another process (or the same one's other threads).
+    pub attributed_ns: u64,
+    /// Wait the CPU spent idle before the switch-in (wakeup latency).
+    pub idle_ns: u64,
+    /// Wait no slice explains.
+    pub unknown_ns: u64,
+    /// Wait that fell out of the sketch (its pairs are lost, the totals above are not).
+    pub evicted_ns: u64,
+    pub evictions: u64,
+    pub updates: u64,
+}
+
+impl Default for PairSketch {
+    fn default() -> Self {
+        Self {
+            stages: [[PairSlot::default(); PAIR_SLOTS]; PAIR_STAGES],
+            attributed_ns: 0,
+            idle_ns: 0,
+            unknown_ns: 0,
+            evicted_ns: 0,
+            evictions: 0,
+            updates: 0,
+        }
+    }
+}
+
+impl PairSketch {
+    /// Charge `ns` of `victim`'s wait to `culprit`; what the sketch lets go is counted.
+    #[inline(always)]
+    pub fn add(&mut self, victim: u32, culprit: u32, ns: u64) {
+        match culprit {
+            CULPRIT_IDLE => self.idle_ns += ns,
+            CULPRIT_UNKNOWN => self.unknown_ns += ns,
+            _ => self.attributed_ns += ns,
+        }
+        self.updates += 1;
+        let slot = PairSlot {
+            victim,
+            culprit,
+            wait_ns: ns,
+        };
+        if let Some(out) = hashpipe::update(&mut self.stages, slot) {
+            self.evicted_ns += out.wait_ns;
+            self.evictions += 1;
+        }
+    }
 }
 
 /// Kernel struct offsets the pipeline reads, from BTF; a `*_valid` of 0 turns that half off
@@ -372,8 +556,96 @@ pub struct WaitOffsets {
 mod tests {
     use super::*;
 
+    fn ring(slices: &[(u32, u64)]) -> SliceRing {
+        let mut r = SliceRing::default();
+        for &(t, end) in slices {
+            r.push(t, end);
+        }
+        r
+    }
+
+    fn blame(r: &SliceRing, in_ns: u64, wait_ns: u64) -> (Vec<(u32, u64)>, u64) {
+        let mut v = Vec::new();
+        let left = r.blame(in_ns, wait_ns, |t, ns| v.push((t, ns)));
+        (v, left)
+    }
+
+    #[test]
+    fn a_wait_is_charged_to_what_ran_in_it_by_overlap() {
+        // Idle until 1000, then 7 to 1600, 8 to 1900, 7 to 2000; the waiter got the CPU at
+        // 2000 after waiting 1500 (since 500).
+        let r = ring(&[(9, 50), (5, 100), (0, 1000), (7, 1600), (8, 1900), (7, 2000)]);
+        assert_eq!(
+            blame(&r, 2000, 1500),
+            (vec![(7, 100), (8, 300), (7, 600), (0, 500)], 0)
+        );
+        // A wait longer than the slices known: the rest is unexplained.
+        assert_eq!(
+            blame(&r, 2000, 5000),
+            (vec![(7, 100), (8, 300), (7, 600), (0, 900)], 5000 - 1900)
+        );
+        // A fifth slice is not walked: unexplained.
+        let r = ring(&[(1, 0x10), (2, 1000), (3, 1100), (4, 1200), (5, 1300), (6, 1400)]);
+        assert_eq!(
+            blame(&r, 1400, 500),
+            (vec![(6, 100), (5, 100), (4, 100), (3, 100)], 100)
+        );
+        // A switch-in this ring did not see, or too few slices: all unexplained.
+        assert_eq!(blame(&r, 1250, 100), (vec![], 100));
+        assert_eq!(blame(&ring(&[(3, 50)]), 50, 10), (vec![], 10));
+    }
+
+    #[test]
+    fn the_ring_keeps_the_last_slices_only() {
+        let mut r = SliceRing::default();
+        for i in 1..=40u64 {
+            r.push(7, i * 100);
+        }
+        let (v, left) = blame(&r, 4000, 150);
+        assert_eq!((v, left), (vec![(7, 100), (7, 50)], 0));
+        let (v, left) = blame(&r, 4000, 1000);
+        assert_eq!(v.len(), 4);
+        assert_eq!(left, 600);
+    }
+
+    #[test]
+    fn pairs_are_kept_apart_and_totals_by_kind() {
+        let mut s = PairSketch::default();
+        s.add(10, 20, 100);
+        s.add(10, 21, 50);
+        s.add(20, 10, 7);
+        s.add(10, 20, 1);
+        s.add(10, CULPRIT_IDLE, 3);
+        s.add(10, CULPRIT_UNKNOWN, 4);
+        let mut got: Vec<(u32, u32, u64)> = s
+            .stages
+            .iter()
+            .flatten()
+            .filter(|p| p.victim != 0)
+            .map(|p| (p.victim, p.culprit, p.wait_ns))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                (10, CULPRIT_IDLE, 3),
+                (10, 20, 101),
+                (10, 21, 50),
+                (10, CULPRIT_UNKNOWN, 4),
+                (20, 10, 7)
+            ]
+        );
+        assert_eq!((s.attributed_ns, s.idle_ns, s.unknown_ns), (158, 3, 4));
+    }
+
     #[test]
     fn layouts_have_no_padding() {
+        assert_eq!(core::mem::size_of::<PairSlot>(), 16);
+        assert_eq!(core::mem::size_of::<SliceRing>(), 8 + RING * 16);
+        assert_eq!(
+            core::mem::size_of::<PairSketch>(),
+            PAIR_STAGES * PAIR_SLOTS * 16 + 6 * 8
+        );
         assert_eq!(core::mem::size_of::<WaitSlot>(), 40);
         assert_eq!(core::mem::size_of::<IoSlot>(), 24);
         assert_eq!(core::mem::size_of::<ThreadSeen>(), 48);

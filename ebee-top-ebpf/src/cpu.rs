@@ -104,6 +104,12 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
             count_drop(ebee_shared::drops::PROG_ERRORS);
         }
     }
+    if mono != 0 {
+        // This switch ends a slice of `prev` (or of the idle task), for the culprits of the
+        // waits that end later on this CPU. After the outgoing thread's own wait was charged:
+        // its ring ends at its own switch-in.
+        s.ring.push(prev_tgid, mono);
+    }
     // SAFETY: `next` is the sched_switch next task.
     if next_tgid != 0 && unsafe { crate::wait::switch_in_of(next, mono) }.is_err() {
         count_drop(ebee_shared::drops::PROG_ERRORS);

@@ -255,6 +255,11 @@ pub static MEM_OFFSETS: ebee_shared::mem::MemOffsets = ebee_shared::mem::MemOffs
 pub static WAIT_SKETCH: PerCpuArray<ebee_shared::wait::WaitSketch> =
     PerCpuArray::with_max_entries(2, 0);
 
+/// Per-CPU (victim, culprit) sketches of run-queue waits, one per interval parity.
+#[map]
+pub static PAIR_SKETCH: PerCpuArray<ebee_shared::wait::PairSketch> =
+    PerCpuArray::with_max_entries(2, 0);
+
 /// Per-CPU disk I/O HashPipe sketches, one per interval parity.
 #[map]
 pub static IO_SKETCH: PerCpuArray<ebee_shared::wait::IoSketch> =

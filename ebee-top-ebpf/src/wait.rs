@@ -9,13 +9,13 @@ use ebee_shared::{
     cpu::CpuState,
     ctl,
     wait::{
-        IoSlot, OFF_RUNNABLE, PF_EXITING, THREAD_SLOTS, ThreadNow, WaitOffsets, WaitSlot,
+        CULPRIT_UNKNOWN, IoSlot, OFF_RUNNABLE, PairSketch, PF_EXITING, THREAD_SLOTS, ThreadNow, WaitOffsets, WaitSlot,
         off_class, switch_in, switch_out,
     },
 };
 
 use crate::maps::{
-    IO_SHADOW0, IO_SHADOW1, IO_SKETCH, SHADOW_ON, WAIT_OFFSETS, WAIT_SHADOW0, WAIT_SHADOW1,
+    IO_SHADOW0, IO_SHADOW1, IO_SKETCH, PAIR_SKETCH, SHADOW_ON, WAIT_OFFSETS, WAIT_SHADOW0, WAIT_SHADOW1,
     WAIT_SKETCH, WAIT_THREADS, global,
 };
 use crate::present;
@@ -130,6 +130,17 @@ pub unsafe fn switch_out_of(
         // thread got the CPU at once).
         crate::qos::runq::record(parity, slot, d.wait_ns)?;
     }
+    if o.offcpu_valid != 0 && d.wait_ns != 0 {
+        // Who made it wait: the slices this CPU ran in the wait, by overlap (the wait ended
+        // at its switch-in here, and it has held this CPU since).
+        let sk = present(PAIR_SKETCH.get_ptr_mut(parity))?;
+        // SAFETY: as for the wait sketch below.
+        let sk = unsafe { &mut *sk };
+        let left = s.ring.blame(d.in_ns, d.wait_ns, |culprit, ns| pair_add(sk, tgid, culprit, ns));
+        if left != 0 {
+            pair_add(sk, tgid, CULPRIT_UNKNOWN, left);
+        }
+    }
     if d.wait_ns | d.io_ns | d.blocked_ns | d.sleep_ns != 0 {
         let sk = present(WAIT_SKETCH.get_ptr_mut(parity))?;
         // SAFETY: as above.
@@ -200,4 +211,11 @@ pub unsafe fn switch_out_of(
         }
     }
     Ok(d.wait_ns)
+}
+
+/// One charge to the (victim, culprit) sketch, as a BPF subprogram of its own: inlined five
+/// times it took more stack than `sched_switch` has.
+#[inline(never)]
+fn pair_add(sk: &mut PairSketch, victim: u32, culprit: u32, ns: u64) {
+    sk.add(victim, culprit, ns);
 }

@@ -193,6 +193,12 @@ pub struct Batch {
     /// Off-CPU time by reason of every process the kernel charged, most held up (I/O-blocked
     /// + blocked) first.
     pub offcpu: Vec<wait::OffCpuRow>,
+    /// Who made whom wait: (victim, culprit) pairs, heaviest first, at most
+    /// [`wait::WAIT_BY_ROWS`].
+    pub wait_by: Vec<wait::WaitByRow>,
+    /// The wait each process caused others (every pair it is the culprit of, its own threads'
+    /// waits left out), heaviest first.
+    pub caused: Vec<wait::WaitRow>,
     /// Disk I/O of every process the kernel charged, heaviest (read + written) first.
     pub io: Vec<wait::IoRow>,
     /// The exact shadow's (only with `--exact`).

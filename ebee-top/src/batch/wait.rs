@@ -44,6 +44,25 @@ pub fn sort_offcpu(rows: &mut [OffCpuRow]) {
     });
 }
 
+/// The culprit of a wait that is no process: the CPU was idle when the waiter was queued
+/// (wakeup latency).
+pub const CULPRIT_IDLE: u32 = ebee_shared::wait::CULPRIT_IDLE;
+/// The culprit of the part of a wait nothing on its CPU explains (older than the slices kept,
+/// queued on another CPU before a migration, or spread over more slices than are walked).
+pub const CULPRIT_UNKNOWN: u32 = ebee_shared::wait::CULPRIT_UNKNOWN;
+
+/// A (victim, culprit) pair: the run-queue wait of `pid` while `culprit` ran on its CPU, or
+/// [`CULPRIT_IDLE`], [`CULPRIT_UNKNOWN`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitByRow {
+    pub pid: u32,
+    pub culprit: u32,
+    pub ns: u64,
+}
+
+/// Pairs a Batch keeps, heaviest first (the rest is in `WaitStats::wait_by_rest_ns`).
+pub const WAIT_BY_ROWS: usize = 100;
+
 /// One process's disk I/O in the interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IoRow {
@@ -76,4 +95,15 @@ pub struct WaitStats {
     pub thread_misses: u64,
     /// Charges the exact shadows could not store (only with `--exact`).
     pub shadow_full: u64,
+    /// Run-queue wait charged to the processes that ran meanwhile on the waiter's CPU, spent
+    /// with that CPU idle (wakeup latency), and explained by neither; their sum is all the
+    /// wait of the interval (with the off-CPU split on).
+    pub attributed_ns: u64,
+    pub wakeup_latency_ns: u64,
+    pub unattributed_ns: u64,
+    /// Wait of the pairs beyond the [`WAIT_BY_ROWS`] kept in `wait_by`.
+    pub wait_by_rest_ns: u64,
+    /// Pairs the (victim, culprit) sketch let go, and the wait they held.
+    pub wait_by_evictions: u64,
+    pub wait_by_evicted_ns: u64,
 }

@@ -48,6 +48,9 @@ pub struct CpuEntry {
     /// Its threads' off-CPU time in the last interval by reason: blocked on I/O, blocked
     /// otherwise, sleeping; None when the split was not measured.
     pub offcpu: Option<crate::batch::wait::OffCpuRow>,
+    /// Run-queue wait it caused other processes in the last interval (it ran on their CPU
+    /// while they waited); None when not measured.
+    pub caused_wait_ns: Option<u64>,
     /// Its cgroup path (empty: unknown, or cgroups off).
     pub cgroup: String,
     /// In a thread ranking, the thread (`pid` is then its process, `comm` the thread's name).
@@ -281,6 +284,7 @@ impl Model {
             exited: self.exited.contains_key(&r.pid),
             wait_ns: self.wait.wait_of(r.pid),
             offcpu: self.wait.offcpu_of(r.pid),
+            caused_wait_ns: self.wait.caused_of(r.pid),
             cgroup: info.map(|p| p.cgroup.clone()).unwrap_or_default(),
             tid: None,
         }

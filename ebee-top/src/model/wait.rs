@@ -1,10 +1,38 @@
 //! Waits and disk I/O of the last interval, as the line output and the screen rank them: who
 //! waited longest for a CPU, who read and wrote the most. Pure: everything came in a Batch.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::batch::Batch;
-use crate::batch::wait::{IoRow, OffCpuRow, WaitRow};
+use crate::batch::wait::{CULPRIT_IDLE, CULPRIT_UNKNOWN, IoRow, OffCpuRow, WaitByRow, WaitRow};
+
+/// What the culprits of a process's waits are summed over: the last second of intervals.
+const CULPRIT_WINDOW_NS: u64 = 1_000_000_000;
+
+/// Who held a process waiting for a CPU, over the last second.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Culprits {
+    /// Processes that ran on its CPU while it waited, with the wait each caused, heaviest
+    /// first (its own other threads included, under its own pid).
+    pub by: Vec<(u32, u64)>,
+    /// Wait with its CPU idle (wakeup latency), and wait nothing on its CPU explains.
+    pub wakeup_ns: u64,
+    pub unattributed_ns: u64,
+}
+
+impl Culprits {
+    pub fn total_ns(&self) -> u64 {
+        self.by.iter().map(|c| c.1).sum::<u64>() + self.wakeup_ns + self.unattributed_ns
+    }
+}
+
+/// One line of the `wait_by[]` ranking.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WaitByEntry {
+    pub pid: u32,
+    pub culprit: u32,
+    pub wait_ns: u64,
+}
 
 /// One line of the wait ranking.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +81,11 @@ pub struct WaitModel {
     wait_exact: Option<Vec<WaitRow>>,
     io: Vec<IoRow>,
     io_exact: Option<Vec<IoRow>>,
+    /// The last interval's (victim, culprit) pairs, and the wait each process caused.
+    wait_by: Vec<WaitByRow>,
+    caused_by_pid: HashMap<u32, u64>,
+    /// The pairs of the intervals of the last second (interval ns, pairs), newest last.
+    recent_pairs: VecDeque<(u64, Vec<WaitByRow>)>,
 }
 
 impl WaitModel {
@@ -73,6 +106,52 @@ impl WaitModel {
         self.wait_exact.clone_from(&b.wait_exact);
         self.io.clone_from(&b.io);
         self.io_exact.clone_from(&b.io_exact);
+        self.wait_by.clone_from(&b.wait_by);
+        self.caused_by_pid = b.caused.iter().map(|w| (w.pid, w.ns)).collect();
+        self.recent_pairs
+            .push_back((b.interval_ns(), b.wait_by.clone()));
+        let mut span: u64 = self.recent_pairs.iter().map(|p| p.0).sum();
+        while span > CULPRIT_WINDOW_NS && self.recent_pairs.len() > 1 {
+            span -= self.recent_pairs.pop_front().map_or(0, |p| p.0);
+        }
+    }
+
+    /// Wait `pid` caused other processes in the last interval; None when not measured.
+    pub fn caused_of(&self, pid: u32) -> Option<u64> {
+        self.offcpu_available
+            .then(|| self.caused_by_pid.get(&pid).copied().unwrap_or(0))
+    }
+
+    /// Who held `pid` waiting over the last second (None when not measured).
+    pub fn culprits_of(&self, pid: u32) -> Option<Culprits> {
+        if !self.offcpu_available {
+            return None;
+        }
+        let mut c = Culprits::default();
+        let mut by: HashMap<u32, u64> = HashMap::new();
+        for r in self.recent_pairs.iter().flat_map(|p| &p.1).filter(|r| r.pid == pid) {
+            match r.culprit {
+                CULPRIT_IDLE => c.wakeup_ns += r.ns,
+                CULPRIT_UNKNOWN => c.unattributed_ns += r.ns,
+                x => *by.entry(x).or_default() += r.ns,
+            }
+        }
+        c.by = by.into_iter().collect();
+        c.by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        Some(c)
+    }
+
+    /// The `k` heaviest (victim, culprit) pairs of the last interval.
+    pub fn top_wait_by(&self, k: usize) -> Vec<WaitByEntry> {
+        self.wait_by
+            .iter()
+            .take(k)
+            .map(|r| WaitByEntry {
+                pid: r.pid,
+                culprit: r.culprit,
+                wait_ns: r.ns,
+            })
+            .collect()
     }
 
     /// Wait of `pid` in the last interval; None when the kernel gives no waits.

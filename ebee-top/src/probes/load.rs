@@ -58,7 +58,10 @@ impl Probes {
         let drops = take_map(&mut ebpf, map_names::DROPS, PerCpuArray::try_from)?;
         let cpu_maps = cpu::CpuMaps::take(&mut ebpf, cfg)?;
         let lifecycle = lifecycle::LifecycleReader::take(&mut ebpf)?;
-        let wait = wait::WaitDrain::new(wait::WaitMaps::take(&mut ebpf, cfg)?, ncpus);
+        let wait = wait::WaitDrain::new(
+            wait::WaitMaps::take(&mut ebpf, cfg, layout.wait.offcpu_valid != 0)?,
+            ncpus,
+        );
         let cgroups = cgroup::CgDrain::new(
             cgroup::CgMaps::take(&mut ebpf, cfg)?,
             ncpus,

@@ -144,6 +144,14 @@ pub struct Probes {
 fn is_permission(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut cur = Some(e);
     while let Some(err) = cur {
+        // A program the verifier refused is EACCES too, with the verifier's reasons: that is
+        // no missing privilege, and its log is the message.
+        if let Some(aya::programs::ProgramError::LoadError { verifier_log, .. }) =
+            err.downcast_ref::<aya::programs::ProgramError>()
+            && !verifier_log.to_string().trim().is_empty()
+        {
+            return false;
+        }
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             if matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
                 return true;

@@ -10,7 +10,7 @@ use aya::{
     maps::{MapData, PerCpuArray, PerCpuHashMap},
 };
 use ebee_shared::map_names;
-use ebee_shared::wait::{IoSketch, WaitOffsets, WaitSketch};
+use ebee_shared::wait::{IoSketch, PairSketch, WaitOffsets, WaitSketch};
 
 use super::btf::Btf;
 use super::percpu::SlotBuf;
@@ -79,6 +79,41 @@ pub struct IoCharge {
     pub write_bytes: u64,
 }
 
+/// One (victim, culprit) pair's run-queue wait in one interval, all CPUs: the wait of process
+/// `victim` that process `culprit` ran through (or `CULPRIT_IDLE`: the CPU was idle, wakeup
+/// latency; `CULPRIT_UNKNOWN`: nothing on that CPU explains it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairCharge {
+    pub victim: u32,
+    pub culprit: u32,
+    pub wait_ns: u64,
+}
+
+/// Merge per-CPU pair sketches into one row per pair, heaviest first.
+pub fn merge_pairs<'a>(sketches: impl IntoIterator<Item = &'a PairSketch>) -> Vec<PairCharge> {
+    let mut by: HashMap<(u32, u32), u64> = HashMap::new();
+    for sk in sketches {
+        for s in sk.stages.iter().flatten().filter(|s| s.victim != 0) {
+            *by.entry((s.victim, s.culprit)).or_default() += s.wait_ns;
+        }
+    }
+    let mut v: Vec<PairCharge> = by
+        .into_iter()
+        .map(|((victim, culprit), wait_ns)| PairCharge {
+            victim,
+            culprit,
+            wait_ns,
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        b.wait_ns
+            .cmp(&a.wait_ns)
+            .then(a.victim.cmp(&b.victim))
+            .then(a.culprit.cmp(&b.culprit))
+    });
+    v
+}
+
 /// The waits and I/O part of one closed interval.
 #[derive(Clone, Debug, Default)]
 pub struct WaitRaw {
@@ -102,6 +137,15 @@ pub struct WaitRaw {
     pub thread_misses: u64,
     /// Charges the exact shadows could not store.
     pub shadow_full: u64,
+    /// Waits by (victim, culprit), heaviest first (empty while the off-CPU split is off).
+    pub pairs: Vec<PairCharge>,
+    /// Wait charged to a culprit process, to the idle CPU (wakeup latency), and to nothing.
+    pub attributed_ns: u64,
+    pub idle_ns: u64,
+    pub unknown_ns: u64,
+    /// Pairs the sketch let go, and the wait they held.
+    pub pair_evictions: u64,
+    pub pair_evicted_ns: u64,
 }
 
 /// Merge per-CPU wait sketches into one row per process, by wait, heaviest first.
@@ -157,12 +201,14 @@ fn io_rows(by: HashMap<u32, (u64, u64)>) -> Vec<IoCharge> {
 pub(super) struct WaitMaps {
     wait: PerCpuArray<MapData, WaitSketch>,
     io: PerCpuArray<MapData, IoSketch>,
+    /// Only while the off-CPU split is on (nothing writes it otherwise).
+    pair: Option<PerCpuArray<MapData, PairSketch>>,
     wait_shadow: Option<[PerCpuHashMap<MapData, u32, [u64; 4]>; 2]>,
     io_shadow: Option<[PerCpuHashMap<MapData, u32, [u64; 2]>; 2]>,
 }
 
 impl WaitMaps {
-    pub(super) fn take(ebpf: &mut Ebpf, cfg: ProbeConfig) -> Result<Self, ProbeError> {
+    pub(super) fn take(ebpf: &mut Ebpf, cfg: ProbeConfig, culprits: bool) -> Result<Self, ProbeError> {
         let (wait_shadow, io_shadow) = if cfg.shadow {
             (
                 Some([
@@ -180,6 +226,11 @@ impl WaitMaps {
         Ok(Self {
             wait: take_map(ebpf, map_names::WAIT_SKETCH, PerCpuArray::try_from)?,
             io: take_map(ebpf, map_names::IO_SKETCH, PerCpuArray::try_from)?,
+            pair: if culprits {
+                Some(take_map(ebpf, map_names::PAIR_SKETCH, PerCpuArray::try_from)?)
+            } else {
+                None
+            },
             wait_shadow,
             io_shadow,
         })
@@ -191,6 +242,7 @@ pub(super) struct WaitDrain {
     maps: WaitMaps,
     wait_buf: SlotBuf<WaitSketch>,
     io_buf: SlotBuf<IoSketch>,
+    pair_buf: SlotBuf<PairSketch>,
 }
 
 impl WaitDrain {
@@ -199,6 +251,7 @@ impl WaitDrain {
             maps,
             wait_buf: SlotBuf::new(ncpus),
             io_buf: SlotBuf::new(ncpus),
+            pair_buf: SlotBuf::new(ncpus),
         }
     }
 
@@ -240,6 +293,23 @@ impl WaitDrain {
         self.io_buf
             .clear(&m.io, p)
             .map_err(classify("clearing IO_SKETCH"))?;
+        if let Some(pair) = &m.pair {
+            let sk = self
+                .pair_buf
+                .read(pair, p)
+                .map_err(classify("reading PAIR_SKETCH"))?;
+            raw.pairs = merge_pairs(sk);
+            for s in sk {
+                raw.attributed_ns += s.attributed_ns;
+                raw.idle_ns += s.idle_ns;
+                raw.unknown_ns += s.unknown_ns;
+                raw.pair_evictions += s.evictions;
+                raw.pair_evicted_ns += s.evicted_ns;
+            }
+            self.pair_buf
+                .clear(pair, p)
+                .map_err(classify("clearing PAIR_SKETCH"))?;
+        }
         if let Some(sh) = m.wait_shadow.as_mut() {
             let map = &mut sh[p as usize];
             let keys: Vec<u32> = map

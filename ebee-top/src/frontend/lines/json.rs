@@ -8,11 +8,11 @@ use super::{Host, QOS_TOP_SYSCALLS};
 
 use crate::batch::cgroup::{CgroupRow, CgroupStats};
 use crate::batch::servers::ServersStats;
-use crate::batch::wait::WaitStats;
+use crate::batch::wait::{CULPRIT_IDLE, CULPRIT_UNKNOWN, WaitStats};
 use crate::batch::{Dropped, MemStats, SelfCost};
 use crate::model::mem::MemEntry;
 use crate::model::qos::QosStats;
-use crate::model::wait::{BlockedEntry, IoEntry, WaitEntry};
+use crate::model::wait::{BlockedEntry, IoEntry, WaitByEntry, WaitEntry};
 use crate::model::{CpuEntry, Model};
 
 #[derive(Serialize)]
@@ -29,6 +29,8 @@ struct JsonCpu<'a> {
     io_wait_ns: Option<u64>,
     blocked_ns: Option<u64>,
     sleep_ns: Option<u64>,
+    /// Run-queue wait it caused other processes (null when not measured).
+    caused_wait_ns: Option<u64>,
     #[serde(skip_serializing_if = "str::is_empty")]
     cgroup: &'a str,
 }
@@ -90,6 +92,33 @@ fn json_blocked(m: &Model, rows: Vec<BlockedEntry>) -> Vec<JsonBlocked> {
             sleep_ns: r.sleep_ns,
             io_wait_pct: r2(r.io_pct),
             blocked_pct: r2(r.blocked_pct),
+        })
+        .collect()
+}
+
+/// A (victim, culprit) pair; `culprit_pid` 0 is the idle CPU (wakeup latency, `culprit_comm`
+/// "(idle)"), 4294967295 what nothing on the CPU explains ("(unattributed)").
+#[derive(Serialize)]
+struct JsonWaitBy {
+    pid: u32,
+    comm: String,
+    culprit_pid: u32,
+    culprit_comm: String,
+    wait_ns: u64,
+}
+
+fn json_wait_by(m: &Model, rows: Vec<WaitByEntry>) -> Vec<JsonWaitBy> {
+    rows.into_iter()
+        .map(|r| JsonWaitBy {
+            pid: r.pid,
+            comm: comm_of(m, r.pid),
+            culprit_pid: r.culprit,
+            culprit_comm: match r.culprit {
+                CULPRIT_IDLE => "(idle)".into(),
+                CULPRIT_UNKNOWN => "(unattributed)".into(),
+                c => comm_of(m, c),
+            },
+            wait_ns: r.wait_ns,
         })
         .collect()
 }
@@ -416,6 +445,7 @@ struct JsonLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     io_exact: Option<Vec<JsonIo>>,
     blocked: Vec<JsonBlocked>,
+    wait_by: Vec<JsonWaitBy>,
     wait_stats: &'a WaitStats,
     servers: Vec<JsonServer>,
     net: Vec<JsonNet>,
@@ -443,6 +473,7 @@ fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
             io_wait_ns: r.offcpu.as_ref().map(|o| o.io_ns),
             blocked_ns: r.offcpu.as_ref().map(|o| o.blocked_ns),
             sleep_ns: r.offcpu.as_ref().map(|o| o.sleep_ns),
+            caused_wait_ns: r.caused_wait_ns,
         })
         .collect()
 }
@@ -488,6 +519,7 @@ pub fn write_json_host(
         io: json_io(m, m.wait.top_io(k)),
         io_exact: m.wait.top_io_exact(k).map(|r| json_io(m, r)),
         blocked: json_blocked(m, m.wait.top_blocked(k)),
+        wait_by: json_wait_by(m, m.wait.top_wait_by(k)),
         wait_stats: &b.wait_stats,
         servers: json_servers(m, k),
         net: json_net(m, k),

@@ -250,6 +250,13 @@ impl Source for Live {
         let (wait, io) = (wait::wait_rows(&w.wait), wait::io_rows(&w.io));
         let offcpu = wait::offcpu_rows(&w.wait);
         pids.extend(offcpu.iter().map(|r| r.pid));
+        let wait_by = wait::wait_by_rows(&w.pairs);
+        let caused = wait::caused_rows(&w.pairs);
+        pids.extend(wait_by.iter().map(|r| r.pid));
+        pids.extend(caused.iter().map(|r| r.pid));
+        pids.extend(wait_by.iter().map(|r| r.culprit).filter(|&c| {
+            c != crate::batch::wait::CULPRIT_IDLE && c != crate::batch::wait::CULPRIT_UNKNOWN
+        }));
         let wait_exact = w.wait_exact.as_deref().map(wait::wait_rows);
         let io_exact = w.io_exact.as_deref().map(wait::io_rows);
         pids.extend(wait.iter().map(|r| r.pid));
@@ -348,6 +355,8 @@ impl Source for Live {
             ),
             wait,
             offcpu,
+            wait_by,
+            caused,
             wait_exact,
             io,
             io_exact,

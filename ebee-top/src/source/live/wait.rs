@@ -1,7 +1,38 @@
 //! The kernel's waits and disk I/O of one interval as the Batch's rows and counters.
 
-use crate::batch::wait::{IoRow, OffCpuRow, WaitRow, WaitStats};
-use crate::probes::wait::{IoCharge, WaitCharge, WaitRaw};
+use std::collections::HashMap;
+
+use crate::batch::wait::{
+    CULPRIT_IDLE, CULPRIT_UNKNOWN, IoRow, OffCpuRow, WAIT_BY_ROWS, WaitByRow, WaitRow, WaitStats,
+};
+use crate::probes::wait::{IoCharge, PairCharge, WaitCharge, WaitRaw};
+
+/// The heaviest (victim, culprit) pairs (the wait of those left out is in the stats).
+pub(super) fn wait_by_rows(p: &[PairCharge]) -> Vec<WaitByRow> {
+    p
+        .iter()
+        .take(WAIT_BY_ROWS)
+        .map(|c| WaitByRow {
+            pid: c.victim,
+            culprit: c.culprit,
+            ns: c.wait_ns,
+        })
+        .collect()
+}
+
+/// The wait each process caused other processes (all pairs; a process's threads delaying one
+/// another are its own business), heaviest first.
+pub(super) fn caused_rows(p: &[PairCharge]) -> Vec<WaitRow> {
+    let mut by: HashMap<u32, u64> = HashMap::new();
+    for c in p {
+        if c.culprit != CULPRIT_IDLE && c.culprit != CULPRIT_UNKNOWN && c.culprit != c.victim {
+            *by.entry(c.culprit).or_default() += c.wait_ns;
+        }
+    }
+    let mut v: Vec<WaitRow> = by.into_iter().map(|(pid, ns)| WaitRow { pid, ns }).collect();
+    v.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.pid.cmp(&b.pid)));
+    v
+}
 
 /// The processes that waited for a CPU (the sketch also holds those that only slept).
 pub(super) fn wait_rows(c: &[WaitCharge]) -> Vec<WaitRow> {
@@ -57,5 +88,11 @@ pub(super) fn stats(
         io_evicted_bytes: raw.io_evicted_bytes,
         thread_misses: raw.thread_misses,
         shadow_full: raw.shadow_full,
+        attributed_ns: raw.attributed_ns,
+        wakeup_latency_ns: raw.idle_ns,
+        unattributed_ns: raw.unknown_ns,
+        wait_by_rest_ns: raw.pairs.iter().skip(WAIT_BY_ROWS).map(|c| c.wait_ns).sum(),
+        wait_by_evictions: raw.pair_evictions,
+        wait_by_evicted_ns: raw.pair_evicted_ns,
     }
 }
