@@ -9,14 +9,14 @@ use ebee_shared::{
     cpu::CpuState,
     ctl,
     wait::{
-        CULPRIT_UNKNOWN, IoSlot, OFF_RUNNABLE, PairSketch, PF_EXITING, THREAD_SLOTS, ThreadNow, WaitOffsets, WaitSlot,
-        off_class, switch_in, switch_out,
+        CULPRIT_UNKNOWN, IoSlot, OFF_RUNNABLE, PF_EXITING, PairSketch, THREAD_SLOTS, ThreadNow,
+        WaitOffsets, WaitSlot, off_class, switch_in, switch_out,
     },
 };
 
 use crate::maps::{
-    IO_SHADOW0, IO_SHADOW1, IO_SKETCH, PAIR_SKETCH, SHADOW_ON, WAIT_OFFSETS, WAIT_SHADOW0, WAIT_SHADOW1,
-    WAIT_SKETCH, WAIT_THREADS, global,
+    IO_SHADOW0, IO_SHADOW1, IO_SKETCH, PAIR_SKETCH, SHADOW_ON, WAIT_OFFSETS, WAIT_SHADOW0,
+    WAIT_SHADOW1, WAIT_SKETCH, WAIT_THREADS, global,
 };
 use crate::present;
 
@@ -136,7 +136,9 @@ pub unsafe fn switch_out_of(
         let sk = present(PAIR_SKETCH.get_ptr_mut(parity))?;
         // SAFETY: as for the wait sketch below.
         let sk = unsafe { &mut *sk };
-        let left = s.ring.blame(d.in_ns, d.wait_ns, |culprit, ns| pair_add(sk, tgid, culprit, ns));
+        let left = s.ring.blame(d.in_ns, d.wait_ns, |culprit, ns| {
+            pair_add(sk, tgid, culprit, ns)
+        });
         if left != 0 {
             pair_add(sk, tgid, CULPRIT_UNKNOWN, left);
         }

@@ -61,7 +61,7 @@ pub struct WaitByRow {
 }
 
 /// Pairs a Batch keeps, heaviest first (the rest is in `WaitStats::wait_by_rest_ns`).
-pub const WAIT_BY_ROWS: usize = 100;
+pub const WAIT_BY_ROWS: usize = 50;
 
 /// One process's disk I/O in the interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

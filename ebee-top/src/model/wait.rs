@@ -129,7 +129,12 @@ impl WaitModel {
         }
         let mut c = Culprits::default();
         let mut by: HashMap<u32, u64> = HashMap::new();
-        for r in self.recent_pairs.iter().flat_map(|p| &p.1).filter(|r| r.pid == pid) {
+        for r in self
+            .recent_pairs
+            .iter()
+            .flat_map(|p| &p.1)
+            .filter(|r| r.pid == pid)
+        {
             match r.culprit {
                 CULPRIT_IDLE => c.wakeup_ns += r.ns,
                 CULPRIT_UNKNOWN => c.unattributed_ns += r.ns,

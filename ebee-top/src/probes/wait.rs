@@ -208,7 +208,11 @@ pub(super) struct WaitMaps {
 }
 
 impl WaitMaps {
-    pub(super) fn take(ebpf: &mut Ebpf, cfg: ProbeConfig, culprits: bool) -> Result<Self, ProbeError> {
+    pub(super) fn take(
+        ebpf: &mut Ebpf,
+        cfg: ProbeConfig,
+        culprits: bool,
+    ) -> Result<Self, ProbeError> {
         let (wait_shadow, io_shadow) = if cfg.shadow {
             (
                 Some([
@@ -227,7 +231,11 @@ impl WaitMaps {
             wait: take_map(ebpf, map_names::WAIT_SKETCH, PerCpuArray::try_from)?,
             io: take_map(ebpf, map_names::IO_SKETCH, PerCpuArray::try_from)?,
             pair: if culprits {
-                Some(take_map(ebpf, map_names::PAIR_SKETCH, PerCpuArray::try_from)?)
+                Some(take_map(
+                    ebpf,
+                    map_names::PAIR_SKETCH,
+                    PerCpuArray::try_from,
+                )?)
             } else {
                 None
             },

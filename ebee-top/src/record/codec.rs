@@ -410,7 +410,8 @@ pub fn rounded_v4(b: &Batch) -> Batch {
 
 /// What formats 5 and 6 record of a Batch: as [`rounded_v4`], and the times processes exited
 /// to the nearest µs too (no screen shows them; a replay's exports give them to the µs), and
-/// so the off-CPU split (`offcpu`, shown as shares like the wait).
+/// so the off-CPU split (`offcpu`, shown as shares like the wait) and the culprits of waits
+/// (`wait_by`, `caused`).
 pub fn rounded(b: &Batch) -> Batch {
     let mut b = rounded_v4(b);
     for e in &mut b.exits {
@@ -420,6 +421,12 @@ pub fn rounded(b: &Batch) -> Batch {
         r.io_ns = to_us(r.io_ns);
         r.blocked_ns = to_us(r.blocked_ns);
         r.sleep_ns = to_us(r.sleep_ns);
+    }
+    for r in &mut b.wait_by {
+        r.ns = to_us(r.ns);
+    }
+    for r in &mut b.caused {
+        r.ns = to_us(r.ns);
     }
     b
 }

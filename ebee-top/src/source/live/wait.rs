@@ -9,8 +9,7 @@ use crate::probes::wait::{IoCharge, PairCharge, WaitCharge, WaitRaw};
 
 /// The heaviest (victim, culprit) pairs (the wait of those left out is in the stats).
 pub(super) fn wait_by_rows(p: &[PairCharge]) -> Vec<WaitByRow> {
-    p
-        .iter()
+    p.iter()
         .take(WAIT_BY_ROWS)
         .map(|c| WaitByRow {
             pid: c.victim,
@@ -29,7 +28,10 @@ pub(super) fn caused_rows(p: &[PairCharge]) -> Vec<WaitRow> {
             *by.entry(c.culprit).or_default() += c.wait_ns;
         }
     }
-    let mut v: Vec<WaitRow> = by.into_iter().map(|(pid, ns)| WaitRow { pid, ns }).collect();
+    let mut v: Vec<WaitRow> = by
+        .into_iter()
+        .map(|(pid, ns)| WaitRow { pid, ns })
+        .collect();
     v.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.pid.cmp(&b.pid)));
     v
 }
