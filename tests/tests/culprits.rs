@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ebee_tests::{Proc, bin, privileged, schedstat_ns, schedstat_wait_ns};
+use ebee_tests::{Proc, bin, privileged, schedstat_wait_ns};
 use ebee_top::probes::wait::PairCharge;
 use ebee_top::probes::{ProbeConfig, Probes, RawInterval};
 
@@ -71,11 +71,15 @@ fn blame(p: &mut Probes, victim: u32, n: usize) -> std::collections::HashMap<u32
 }
 
 /// A victim and two CPU hogs at nice 0 and 5 share CPU 1: the victim's waits, attributed and
-/// not, add up to its run_delay over the window, and the hogs share the blame as they shared
-/// the CPU (their own schedstat on-CPU time over the same window).
+/// not, add up to its run_delay over the window, and the blame is split between the hogs as
+/// the scheduler's own tracepoints, recorded by perf, say they ran while it waited.
+///
+/// Not as their CPU time: EEVDF lets a waking task preempt a nice-5 hog (a later virtual
+/// deadline) sooner than a nice-0 one, so the victim waits longer behind the nice-0 hog than
+/// its share of the CPU (measured: 93% of the blame for 75% of the hogs' time).
 #[test]
-fn a_victims_waits_are_blamed_on_the_hogs_by_their_cpu_time() {
-    if !privileged("a_victims_waits_are_blamed_on_the_hogs_by_their_cpu_time") {
+fn a_victims_waits_are_blamed_on_the_hogs_that_ran_in_them() {
+    if !privileged("a_victims_waits_are_blamed_on_the_hogs_that_ran_in_them") {
         return;
     }
     let a = on_cpu1(0, &["burn", "--duty", "1.0", "--seconds", "20"]);
@@ -83,18 +87,31 @@ fn a_victims_waits_are_blamed_on_the_hogs_by_their_cpu_time() {
     let v = victim();
     let mut p = probes();
     std::thread::sleep(Duration::from_millis(300));
-    let (va, aa, ba) = (
-        schedstat_wait_ns(v.pid()).unwrap(),
-        schedstat_ns(a.pid()).unwrap(),
-        schedstat_ns(b.pid()).unwrap(),
-    );
+    let data = std::env::temp_dir().join(format!("ebee-culprits-{}.perf", std::process::id()));
+    let mut perf = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-a",
+            "-e",
+            "sched:sched_switch",
+            "-e",
+            "sched:sched_wakeup",
+        ])
+        .arg("-o")
+        .arg(&data)
+        .args(["--", "sleep", "4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("perf (linux-perf)");
+    // perf attaches in well under a second; our window starts inside its span.
+    std::thread::sleep(Duration::from_millis(500));
+    let va = schedstat_wait_ns(v.pid()).unwrap();
     p.drain().unwrap();
-    let by = blame(&mut p, v.pid(), 80);
-    let (vb, ab, bb) = (
-        schedstat_wait_ns(v.pid()).unwrap(),
-        schedstat_ns(a.pid()).unwrap(),
-        schedstat_ns(b.pid()).unwrap(),
-    );
+    let by = blame(&mut p, v.pid(), 60);
+    let vb = schedstat_wait_ns(v.pid()).unwrap();
+    assert!(perf.wait().unwrap().success(), "perf record failed");
     let total: u64 = by.values().sum();
     let truth = vb - va;
     assert!(truth > 200_000_000, "the victim waited only {truth} ns");
@@ -102,17 +119,32 @@ fn a_victims_waits_are_blamed_on_the_hogs_by_their_cpu_time() {
         (total as f64 - truth as f64).abs() <= truth as f64 * 0.05,
         "blamed {total} ns against run_delay's {truth} ns: {by:?}"
     );
-    let (ga, gb) = (
-        by.get(&a.pid()).copied().unwrap_or(0),
-        by.get(&b.pid()).copied().unwrap_or(0),
+    let script = Command::new("perf")
+        .args(["script", "-F", "cpu,time,event,trace", "-i"])
+        .arg(&data)
+        .output()
+        .expect("perf script");
+    let _ = std::fs::remove_file(&data);
+    let trace = perf_blame(&String::from_utf8_lossy(&script.stdout), v.pid(), 1);
+    let share = |m: &std::collections::HashMap<u32, u64>| {
+        let (x, y) = (
+            m.get(&a.pid()).copied().unwrap_or(0) as f64,
+            m.get(&b.pid()).copied().unwrap_or(0) as f64,
+        );
+        x / (x + y)
+    };
+    let (ours, theirs) = (share(&by), share(&trace));
+    eprintln!(
+        "victim waited {truth} ns (run_delay), blamed {total} ns; the nice-0 hog's share of the \
+         hogs' blame: ours {:.1}%, perf's {:.1}%",
+        ours * 100.0,
+        theirs * 100.0
     );
-    let blamed_a = ga as f64 / (ga + gb) as f64;
-    let ran_a = (ab - aa) as f64 / ((ab - aa) + (bb - ba)) as f64;
     assert!(
-        (blamed_a - ran_a).abs() <= 0.15 * ran_a,
-        "the nice-0 hog took {:.1}% of the hogs' blame but ran {:.1}% of their time: {by:?}",
-        blamed_a * 100.0,
-        ran_a * 100.0
+        theirs > 0.0 && (ours - theirs).abs() <= 0.15 * theirs,
+        "the nice-0 hog took {:.1}% of the hogs' blame; perf's trace says {:.1}%: ours {by:?}, perf's {trace:?}",
+        ours * 100.0,
+        theirs * 100.0
     );
     // The hogs and the victim are all there is on the CPU: little is left unexplained.
     let unknown = by.get(&UNKNOWN).copied().unwrap_or(0);
@@ -120,6 +152,70 @@ fn a_victims_waits_are_blamed_on_the_hogs_by_their_cpu_time() {
         unknown * 5 < total,
         "{unknown} of {total} ns unattributed: {by:?}"
     );
+}
+
+/// From `perf script` lines of sched_switch and sched_wakeup: each wait of thread `victim` on
+/// CPU `cpu` (from its wakeup there, or its switch-out while runnable, to its switch-in) split
+/// over the threads that ran on that CPU meanwhile, in ns.
+fn perf_blame(script: &str, victim: u32, cpu: u32) -> std::collections::HashMap<u32, u64> {
+    let mut by = std::collections::HashMap::new();
+    let mut running: Option<(u32, f64)> = None; // who runs on `cpu`, since when
+    let mut waiting: Option<f64> = None; // the victim is runnable since
+    let value = |t: &str, key: &str| -> Option<String> {
+        t.split_whitespace()
+            .rev()
+            .find_map(|w| w.strip_prefix(key).map(str::to_owned))
+    };
+    for l in script.lines() {
+        let Some((head, trace)) = l.split_once(": sched:") else {
+            continue;
+        };
+        let mut h = head.split_whitespace();
+        let on: u32 = h
+            .next()
+            .and_then(|c| c.trim_matches(['[', ']']).parse().ok())
+            .unwrap_or(u32::MAX);
+        let Some(t) = h
+            .next()
+            .and_then(|t| t.trim_end_matches(':').parse::<f64>().ok())
+        else {
+            continue;
+        };
+        if let Some(w) = trace.strip_prefix("sched_wakeup: ") {
+            let pid: Option<u32> = value(w, "pid=").and_then(|p| p.parse().ok());
+            let target: Option<u32> = value(w, "target_cpu=").and_then(|c| c.parse().ok());
+            if pid == Some(victim) && target == Some(cpu) && waiting.is_none() {
+                waiting = Some(t);
+            }
+        } else if let Some(sw) = trace.strip_prefix("sched_switch: ") {
+            if on != cpu {
+                continue;
+            }
+            let Some((prev, next)) = sw.split_once(" ==> ") else {
+                continue;
+            };
+            let prev_pid: Option<u32> = value(prev, "prev_pid=").and_then(|p| p.parse().ok());
+            let next_pid: Option<u32> = value(next, "next_pid=").and_then(|p| p.parse().ok());
+            let state = value(prev, "prev_state=").unwrap_or_default();
+            // The slice that ends here, charged for the part inside the victim's wait.
+            if let (Some((who, since)), Some(w)) = (running, waiting)
+                && who != victim
+            {
+                let from = if since > w { since } else { w };
+                if t > from {
+                    *by.entry(who).or_insert(0) += ((t - from) * 1e9) as u64;
+                }
+            }
+            if prev_pid == Some(victim) && state.starts_with('R') {
+                waiting = Some(t);
+            }
+            if next_pid == Some(victim) {
+                waiting = None;
+            }
+            running = next_pid.map(|p| (p, t));
+        }
+    }
+    by
 }
 
 /// The victim alone on its CPU, a hog busy on the other: the hog is never blamed (a wait is

@@ -22,9 +22,11 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// Prometheus and promtool the metrics tests scrape and check with; man-db reads the Debian
 /// package's man page, gzip compresses it; the servers tests run redis, memcached and nginx
 /// under their own load generators, and curl as a client; apache2-utils' htpasswd makes the
-/// bcrypt hash of the web-config test).
+/// bcrypt hash of the web-config test; perf records the scheduler's own tracepoints as the
+/// independent account the culprits of waits are checked against).
 const TEST_PACKAGES: &[&str] = &[
     "tmux",
+    "linux-perf",
     "util-linux",
     "procps",
     "prometheus",
