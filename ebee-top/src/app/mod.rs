@@ -38,6 +38,8 @@ pub enum SortBy {
     Io,
     /// Blocked on I/O, IOW% (`D`).
     Iow,
+    /// Run-queue wait caused others, HOLD% (`B`).
+    Hold,
     /// Network bytes received and sent (`N`).
     Net,
 }
@@ -179,6 +181,10 @@ pub const SORTED_IOW: &str = "sorted by time blocked on I/O (IOW%)";
 /// `in_iowait`, or an older recording).
 pub const NO_IOW: &str =
     "no off-CPU split from this kernel, recording or run (--no-culprits): sorting by CPU";
+pub const SORTED_HOLD: &str = "sorted by run-queue wait caused others (HOLD%)";
+/// What `B` says when the Batches carry no culprits of waits (as `D`).
+pub const NO_HOLD: &str =
+    "no culprits of waits from this kernel, recording or run (--no-culprits): sorting by CPU";
 pub const SORTED_NET: &str = "sorted by network bytes (received + sent per second)";
 pub const NO_NET: &str =
     "no network bytes from this kernel, recording or --no-servers: sorting by CPU";
@@ -313,7 +319,7 @@ impl App {
                 SortBy::Mem => Order::Rss(rss),
                 SortBy::Wait => Order::Wait,
                 SortBy::Io => Order::Io,
-                SortBy::Cpu | SortBy::Net | SortBy::Iow => Order::Cpu,
+                SortBy::Cpu | SortBy::Net | SortBy::Iow | SortBy::Hold => Order::Cpu,
             };
             return m.threads.ranked_for(
                 self.k.max(fit),
@@ -330,6 +336,7 @@ impl App {
             SortBy::Wait => Order::Wait,
             SortBy::Io => Order::Io,
             SortBy::Iow => Order::Iow,
+            SortBy::Hold => Order::Hold,
             SortBy::Net => Order::Net,
         };
         let net = |pid| m.servers.net_rate(pid).map(|(rx, tx)| rx + tx);

@@ -23,6 +23,8 @@ pub enum Column {
     Wait,
     /// Blocked on disk I/O (the off-CPU split), shown where the width allows.
     Iow,
+    /// Run-queue wait it caused others (the culprits of waits); chosen in F2 or by sorting.
+    Hold,
     Time,
     Res,
     /// Disk I/O: one column (read + written) or READ/s and WRIT/s, by width.
@@ -47,7 +49,7 @@ pub enum Column {
 }
 
 /// Every column, in the order the setup screen lists the ones not shown.
-pub const ALL_COLUMNS: [Column; 18] = [
+pub const ALL_COLUMNS: [Column; 19] = [
     Column::Pid,
     Column::User,
     Column::Cpu,
@@ -66,6 +68,7 @@ pub const ALL_COLUMNS: [Column; 18] = [
     Column::Threads,
     Column::Ppid,
     Column::Start,
+    Column::Hold,
 ];
 
 /// The automatic layout's columns (IO, NET and CGROUP only where the width allows), what the
@@ -94,6 +97,7 @@ impl Column {
             Column::Cpu => "cpu",
             Column::Wait => "wait",
             Column::Iow => "iow",
+            Column::Hold => "hold",
             Column::Time => "time",
             Column::Res => "res",
             Column::Io => "io",
@@ -122,6 +126,10 @@ impl Column {
             Column::Cpu => ("%CPU", "on-CPU over the last second"),
             Column::Wait => ("WAIT%", "runnable but waiting for a CPU"),
             Column::Iow => ("IOW%", "blocked on disk I/O (uninterruptible, in_iowait)"),
+            Column::Hold => (
+                "HOLD%",
+                "run-queue wait it caused others (ran while they waited)",
+            ),
             Column::Time => ("TIME", "on-CPU since ebee-top saw it"),
             Column::Res => ("RES", "resident memory"),
             Column::Io => ("IO", "disk bytes per second (READ/WRIT when wide)"),
@@ -145,6 +153,7 @@ impl Column {
             Column::Res => Some(SortBy::Mem),
             Column::Wait => Some(SortBy::Wait),
             Column::Iow => Some(SortBy::Iow),
+            Column::Hold => Some(SortBy::Hold),
             Column::Io => Some(SortBy::Io),
             Column::Net => Some(SortBy::Net),
             _ => None,
@@ -198,11 +207,12 @@ impl ColorMode {
 }
 
 /// The sorts the setup screen offers, in order.
-pub const SORTS: [SortBy; 6] = [
+pub const SORTS: [SortBy; 7] = [
     SortBy::Cpu,
     SortBy::Mem,
     SortBy::Wait,
     SortBy::Iow,
+    SortBy::Hold,
     SortBy::Io,
     SortBy::Net,
 ];
@@ -214,6 +224,7 @@ pub fn sort_key(s: SortBy) -> &'static str {
         SortBy::Wait => "wait",
         SortBy::Io => "io",
         SortBy::Iow => "iow",
+        SortBy::Hold => "hold",
         SortBy::Net => "net",
     }
 }

@@ -228,7 +228,7 @@ impl App {
             SortBy::Mem => m.mem.available,
             SortBy::Wait => m.wait.available,
             SortBy::Io => m.wait.io_available,
-            SortBy::Iow => m.wait.offcpu_available,
+            SortBy::Iow | SortBy::Hold => m.wait.offcpu_available,
             SortBy::Net => m.servers.available,
         }
     }
@@ -271,7 +271,7 @@ mod tests {
         // The automatic layout's columns first, shown; then the others.
         assert_eq!(rows[0], SetupRow::Column(Column::Pid, true));
         assert_eq!(rows[12], SetupRow::Column(Column::Nice, false));
-        assert_eq!(rows.len(), 18 + 4);
+        assert_eq!(rows.len(), 19 + 4);
         for _ in 0..12 {
             key(&mut a, KeyCode::Down);
         }
@@ -310,7 +310,7 @@ mod tests {
     fn f2_sets_the_sort_interval_colours_and_tree() {
         let mut a = App::new(20, Duration::from_millis(50));
         key(&mut a, KeyCode::F(2));
-        for _ in 0..18 {
+        for _ in 0..19 {
             key(&mut a, KeyCode::Down);
         }
         assert_eq!(a.setup_rows()[cursor(&a)], SetupRow::Sort);

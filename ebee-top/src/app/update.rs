@@ -6,9 +6,9 @@ use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::{
     App, Effect, Focus, MAX_INTERVAL, MAX_PINS, MIN_INTERVAL, MainView, Msg, NO_ACT, NO_CGROUPS,
-    NO_IO, NO_IOW, NO_MEMORY, NO_NET, NO_SERVERS, NO_THREADS, NO_WAIT, Overlay, SORTED_CPU,
-    SORTED_IO, SORTED_IOW, SORTED_MEM, SORTED_NET, SORTED_P99, SORTED_RPS, SORTED_WAIT, SignalMenu,
-    SortBy, THREADS_OFF, THREADS_ON, TREE_OFF, TREE_ON,
+    NO_HOLD, NO_IO, NO_IOW, NO_MEMORY, NO_NET, NO_SERVERS, NO_THREADS, NO_WAIT, Overlay,
+    SORTED_CPU, SORTED_HOLD, SORTED_IO, SORTED_IOW, SORTED_MEM, SORTED_NET, SORTED_P99, SORTED_RPS,
+    SORTED_WAIT, SignalMenu, SortBy, THREADS_OFF, THREADS_ON, TREE_OFF, TREE_ON,
 };
 use crate::model::procs::ProcKey;
 use crate::model::servers::ServerSort;
@@ -222,6 +222,10 @@ impl App {
             KeyCode::Char('D') => {
                 let ok = self.shown().wait.offcpu_available;
                 self.sort_or_cpu(ok, SortBy::Iow, SORTED_IOW, NO_IOW)
+            }
+            KeyCode::Char('B') => {
+                let ok = self.shown().wait.offcpu_available;
+                self.sort_or_cpu(ok, SortBy::Hold, SORTED_HOLD, NO_HOLD)
             }
             KeyCode::Char('N') => {
                 let ok = self.shown().servers.available;

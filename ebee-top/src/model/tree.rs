@@ -45,6 +45,8 @@ pub struct Sums {
     pub wait_pct: f64,
     /// IOW% of the subtree.
     pub iow_pct: f64,
+    /// HOLD% of the subtree.
+    pub caused_pct: f64,
     pub total_ns: u64,
     pub read_per_s: f64,
     pub write_per_s: f64,
@@ -356,6 +358,7 @@ where
         s.cpu_pct += e.cpu_pct;
         s.wait_pct += e.wait_pct;
         s.iow_pct += e.iow_pct;
+        s.caused_pct += e.caused_pct;
         s.total_ns += e.total_ns;
         s.read_per_s += e.read_per_s;
         s.write_per_s += e.write_per_s;

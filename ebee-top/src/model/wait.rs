@@ -277,6 +277,42 @@ mod tests {
     }
 
     #[test]
+    fn culprits_are_summed_over_the_last_second() {
+        let pairs = |seq: u64, rows: &[(u32, u32, u64)]| {
+            Batch::build(seq, (seq - 1) * 400_000_000, 400_000_000)
+                .with(|b| {
+                    b.wait_by = rows
+                        .iter()
+                        .map(|&(pid, culprit, ns)| WaitByRow { pid, culprit, ns })
+                        .collect();
+                    b.caused = vec![WaitRow { pid: 20, ns: 300 }];
+                    b.wait_stats = WaitStats {
+                        available: true,
+                        offcpu_available: true,
+                        ..Default::default()
+                    };
+                })
+                .done()
+        };
+        let mut m = WaitModel::default();
+        m.ingest(&pairs(1, &[(10, 20, 1_000), (10, 30, 500)]));
+        m.ingest(&pairs(2, &[(10, 20, 100), (10, CULPRIT_IDLE, 40)]));
+        m.ingest(&pairs(
+            3,
+            &[(10, 30, 700), (10, CULPRIT_UNKNOWN, 9), (11, 10, 5)],
+        ));
+        // 1.2 s of intervals kept to 1 s: the first one is out.
+        let c = m.culprits_of(10).unwrap();
+        assert_eq!(c.by, vec![(30, 700), (20, 100)]);
+        assert_eq!((c.wakeup_ns, c.unattributed_ns, c.total_ns()), (40, 9, 849));
+        assert_eq!(m.caused_of(20), Some(300));
+        assert_eq!(m.caused_of(30), Some(0));
+        assert_eq!(m.top_wait_by(1)[0].culprit, 30);
+        m.offcpu_available = false;
+        assert_eq!(m.culprits_of(10), None);
+    }
+
+    #[test]
     fn shares_of_the_interval_and_rankings() {
         let mut m = WaitModel::default();
         m.ingest(&batch(

@@ -139,6 +139,7 @@ enum Drawn {
     Cpu,
     Wait,
     Iow,
+    Hold,
     Time,
     Res,
     IoSum,
@@ -168,6 +169,7 @@ impl Drawn {
             Drawn::Cpu => Column::Cpu,
             Drawn::Wait => Column::Wait,
             Drawn::Iow => Column::Iow,
+            Drawn::Hold => Column::Hold,
             Drawn::Time => Column::Time,
             Drawn::Res => Column::Res,
             Drawn::IoSum | Drawn::Read | Drawn::Write => Column::Io,
@@ -190,7 +192,7 @@ impl Drawn {
             Drawn::Flag => 2,
             Drawn::Pid | Drawn::Ppid => 7,
             Drawn::User | Drawn::Time => 8,
-            Drawn::Cpu | Drawn::Wait | Drawn::Iow | Drawn::Start => 5,
+            Drawn::Cpu | Drawn::Wait | Drawn::Iow | Drawn::Hold | Drawn::Start => 5,
             Drawn::Res
             | Drawn::IoSum
             | Drawn::Read
@@ -234,13 +236,21 @@ fn columns(app: &App, width: u16) -> Columns {
             Column::Pid => drawn.push(Drawn::Pid),
             Column::User => drawn.push(Drawn::User),
             Column::Cpu => drawn.push(Drawn::Cpu),
-            Column::Wait => drawn.push(Drawn::Wait),
+            Column::Wait => {
+                drawn.push(Drawn::Wait);
+                // HOLD% is no automatic column, but the automatic layout shows what it sorts by.
+                if app.columns.is_none() && sort == SortBy::Hold {
+                    drawn.push(Drawn::Hold);
+                }
+            }
             Column::Iow => {
                 let room = width >= IOW_FROM || sort == SortBy::Iow;
                 if min == IoCols::Sum || (m.wait.offcpu_available && room) {
                     drawn.push(Drawn::Iow)
                 }
             }
+            // Not in the automatic layout: chosen in F2, or shown while sorted by it.
+            Column::Hold => drawn.push(Drawn::Hold),
             Column::Time => drawn.push(Drawn::Time),
             Column::Res => drawn.push(Drawn::Res),
             Column::Io => io_shape(
@@ -463,6 +473,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 None => (e.cpu_pct, e.wait_pct, e.total_ns),
             };
             let iow_pct = sums.map_or(e.iow_pct, |s| s.iow_pct);
+            let caused_pct = sums.map_or(e.caused_pct, |s| s.caused_pct);
             let (read_per_s, write_per_s) = match sums {
                 Some(s) => (s.read_per_s, s.write_per_s),
                 None => (e.read_per_s, e.write_per_s),
@@ -518,6 +529,13 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                         format!("{:>5}", "-")
                     } else if m.wait.offcpu_available {
                         pct5(iow_pct)
+                    } else {
+                        format!("{:>5}", "n/a")
+                    }),
+                    Drawn::Hold => Cell::from(if threads {
+                        format!("{:>5}", "-")
+                    } else if m.wait.offcpu_available {
+                        pct5(caused_pct)
                     } else {
                         format!("{:>5}", "n/a")
                     }),
@@ -599,6 +617,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             Drawn::Cpu => Cell::from(" %CPU"),
             Drawn::Wait => mark(SortBy::Wait, "WAIT%", "WAIT*"),
             Drawn::Iow => mark(SortBy::Iow, " IOW%", " IOW*"),
+            Drawn::Hold => mark(SortBy::Hold, "HOLD%", "HOLD*"),
             Drawn::Time => Cell::from("    TIME"),
             Drawn::Res => mark(SortBy::Mem, "   RES", "  RES*"),
             Drawn::IoSum => mark(SortBy::Io, "  IO/s", " IO/s*"),

@@ -64,7 +64,7 @@ fn the_setup_screen_lists_columns_settings_and_keys() {
     assert!(t.contains("Shift-Up/Down move a column"), "{t}");
     insta::assert_snapshot!("setup_100x32", t);
     // 80x24 holds fewer lines than there are: the list scrolls to the cursor, the legend stays.
-    a.overlay = Some(Overlay::Setup(21));
+    a.overlay = Some(Overlay::Setup(22));
     let t = draw(&a, 80, 24);
     assert!(t.contains(">    tree") && t.contains("Esc/F2"), "{t}");
     insta::assert_snapshot!("setup_80x24", t);

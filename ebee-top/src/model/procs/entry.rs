@@ -46,6 +46,10 @@ pub struct ProcEntry {
     pub iow_pct: f64,
     pub blocked_pct: f64,
     pub sleep_pct: f64,
+    /// Run-queue wait it caused other processes per 10 ms cell (it ran on their CPU while
+    /// they waited), and its share of the last second (100 = one CPU's worth of waiting).
+    pub caused: Burst,
+    pub caused_pct: f64,
     /// Disk bytes read and written per 10 ms cell, and their rates over the last second.
     pub read: Burst,
     pub write: Burst,
@@ -76,8 +80,9 @@ impl ProcEntry {
             .min()
     }
 
-    fn histories(&self) -> [&Burst; 7] {
+    fn histories(&self) -> [&Burst; 8] {
         [
+            &self.caused,
             &self.burst,
             &self.wait,
             &self.read,
@@ -104,7 +109,9 @@ impl ProcEntry {
             self.blocked.window_sum(first, now),
             self.sleep.window_sum(first, now),
         );
+        let caused = self.caused.window_sum(first, now);
         let span = span_ns as f64;
+        self.caused_pct = caused as f64 * 100.0 / span;
         self.cpu_pct = cpu as f64 * 100.0 / span;
         self.wait_pct = wait as f64 * 100.0 / span;
         self.read_per_s = read as f64 * 1e9 / span;
@@ -112,7 +119,7 @@ impl ProcEntry {
         self.iow_pct = iow as f64 * 100.0 / span;
         self.blocked_pct = blocked as f64 * 100.0 / span;
         self.sleep_pct = sleep as f64 * 100.0 / span;
-        cpu | wait | read | write | iow | blocked | sleep != 0
+        cpu | wait | read | write | iow | blocked | sleep | caused != 0
     }
 
     /// Where its threads' time went in cells `first..=last`: on a CPU, waiting for one,
@@ -137,6 +144,7 @@ impl ProcEntry {
             &mut self.iow,
             &mut self.blocked,
             &mut self.sleep,
+            &mut self.caused,
         ] {
             b.trim(first_kept);
         }

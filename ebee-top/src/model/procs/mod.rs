@@ -189,6 +189,17 @@ impl ProcTable {
                 self.charged_now(key, b.end_ns);
             }
         }
+        // The wait each process caused others, the same way.
+        for r in &b.caused {
+            let key = self.key_of(r.pid, b.end_ns);
+            let cells = self.spread(b, &[], r.ns, interval);
+            if let Some(e) = self.entries.get_mut(&key) {
+                for (c, v) in cells {
+                    e.caused.add(c, v);
+                }
+                self.charged_now(key, b.end_ns);
+            }
+        }
         for pid in &b.pinned {
             if let Some(k) = self.current.get(pid).copied()
                 && let Some(e) = self.entries.get_mut(&k)

@@ -16,6 +16,8 @@ pub enum Order<F> {
     Io,
     /// IOW% (blocked on I/O) over the last second, then CPU%.
     Iow,
+    /// HOLD% (run-queue wait caused others) over the last second, then CPU%.
+    Hold,
     /// Network bytes received and sent per second (from `ranked_by`'s `net`), then CPU%.
     Net,
 }
@@ -93,6 +95,7 @@ impl ProcTable {
                     || e.exited()
                     || e.wait_pct > 0.0
                     || e.iow_pct + e.blocked_pct > 0.0
+                    || e.caused_pct > 0.0
                     || e.read_per_s + e.write_per_s > 0.0
                     || rss(e).is_some()
             })
@@ -105,6 +108,7 @@ impl ProcTable {
                 Order::Wait => e.wait_pct,
                 Order::Io => e.read_per_s + e.write_per_s,
                 Order::Iow => e.iow_pct,
+                Order::Hold => e.caused_pct,
                 Order::Net => net(e.key.pid).unwrap_or(0.0),
             }
         };
