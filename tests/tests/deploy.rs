@@ -70,6 +70,10 @@ tests:
         values: '0+60x40'
       - series: 'ebee_process_runqueue_wait_seconds_total{{instance="ok",job="ebee-top",pid="4",comm="w"}}'
         values: '0+6x40'
+      - series: 'ebee_cgroup_wait_by_seconds_total{{instance="h",job="ebee-top",cgroup="/db",culprit_cgroup="/batch"}}'
+        values: '0+45x40'
+      - series: 'ebee_cgroup_wait_by_seconds_total{{instance="h",job="ebee-top",cgroup="/batch",culprit_cgroup="/db"}}'
+        values: '0+6x40'
       - series: 'ebee_losses_total{{instance="h",job="ebee-top",pipeline="cpu",kind="sketch_evictions"}}'
         values: '0+1x40'
       - series: 'ebee_losses_total{{instance="ok",job="ebee-top",pipeline="cpu",kind="sketch_evictions"}}'
@@ -87,6 +91,17 @@ tests:
       - eval_time: 5m
         alertname: ProcessStarvingOthers
         exp_alerts: []
+      - eval_time: 30m
+        alertname: CgroupHoldingAnotherWaiting
+        exp_alerts:
+          - exp_labels:
+              instance: h
+              job: ebee-top
+              cgroup: /db
+              culprit_cgroup: /batch
+              severity: warning
+            exp_annotations:
+              summary: "h: /batch holds /db waiting for a CPU (750m CPUs' worth)"
       - eval_time: 30m
         alertname: EbeeTopLosingData
         exp_alerts:

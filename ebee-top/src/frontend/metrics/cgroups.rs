@@ -1,6 +1,9 @@
 //! Metrics of cgroups, summed in the kernel at every context switch: on-CPU and run-queue wait
 //! seconds as counters and the cgroup's memory as a gauge, label `cgroup` (the path). Only the
 //! top K by recent CPU are exported; a removed cgroup is exported once more, then forgotten.
+//! And which cgroup holds which waiting: the Batches' (victim, culprit) pairs of processes
+//! summed by the cgroups of both (labels `cgroup`, `culprit_cgroup`), the top K pairs by recent
+//! wait.
 
 use std::collections::HashMap;
 
@@ -22,12 +25,23 @@ struct Cgroup {
     removed: bool,
 }
 
+/// One (cgroup, culprit cgroup) pair: wait ns since first seen, and recent.
+#[derive(Debug, Default)]
+struct Pair {
+    ns: u64,
+    recent: f64,
+    last_seen_ns: u64,
+}
+
 /// Every cgroup's counters, and K.
 #[derive(Debug)]
 pub struct Cgroups {
     k: usize,
     cgroups: HashMap<u64, Cgroup>,
     available: bool,
+    /// Each process's cgroup path, as the Batches named it.
+    cgroup_of: HashMap<u32, String>,
+    pairs: HashMap<(String, String), Pair>,
 }
 
 impl Cgroups {
@@ -36,6 +50,8 @@ impl Cgroups {
             k,
             cgroups: HashMap::new(),
             available: false,
+            cgroup_of: HashMap::new(),
+            pairs: HashMap::new(),
         }
     }
 }
@@ -62,6 +78,29 @@ impl Section for Cgroups {
             if r.rss_bytes.is_some() {
                 c.memory = r.rss_bytes;
             }
+        }
+        for p in &b.procs {
+            if !p.cgroup.is_empty() {
+                self.cgroup_of.insert(p.pid, p.cgroup.clone());
+            }
+        }
+        self.pairs
+            .retain(|_, p| now.saturating_sub(p.last_seen_ns) < FORGET_NS);
+        for p in self.pairs.values_mut() {
+            p.recent *= decay;
+        }
+        for r in &b.wait_by {
+            let (Some(v), Some(c)) = (self.cgroup_of.get(&r.pid), self.cgroup_of.get(&r.culprit))
+            else {
+                continue;
+            };
+            let p = self.pairs.entry((v.clone(), c.clone())).or_default();
+            p.ns += r.ns;
+            p.recent += r.ns as f64;
+            p.last_seen_ns = now;
+        }
+        for e in &b.exits {
+            self.cgroup_of.remove(&e.pid);
         }
         for id in &b.cgroups_removed {
             if let Some(c) = self.cgroups.get_mut(id) {
@@ -112,7 +151,31 @@ impl Section for Cgroups {
                 }
             }
         }
-        out.extend([cpu, wait, mem]);
+        let mut by = Family::new(
+            "ebee_cgroup_wait_by",
+            "Run-queue wait of a cgroup's processes while processes of culprit_cgroup ran on \
+             their CPU, since ebee-top first saw the pair; the top K pairs by recent wait.",
+            Some(Unit::Seconds),
+            Kind::Counter,
+        );
+        let mut v: Vec<(&(String, String), &Pair)> = self.pairs.iter().collect();
+        v.sort_unstable_by(|a, b| {
+            b.1.recent
+                .total_cmp(&a.1.recent)
+                .then(b.1.ns.cmp(&a.1.ns))
+                .then(a.0.cmp(b.0))
+        });
+        v.truncate(self.k);
+        for ((victim, culprit), p) in v {
+            by.push(
+                vec![
+                    ("cgroup", victim.clone()),
+                    ("culprit_cgroup", culprit.clone()),
+                ],
+                Value::Counter(secs(p.ns)),
+            );
+        }
+        out.extend([cpu, wait, mem, by]);
     }
 }
 
@@ -162,6 +225,69 @@ mod tests {
                 .series
                 .iter()
                 .all(|x| x.labels[0].1 != "/system.slice/a.service")
+        );
+    }
+
+    #[test]
+    fn process_pairs_are_summed_by_their_cgroups() {
+        use crate::batch::ProcInfo;
+        use crate::batch::wait::WaitByRow;
+        let mut s = Cgroups::new(5);
+        let info = |pid, cg: &str| ProcInfo {
+            cgroup: cg.into(),
+            ..ProcInfo::named(pid, "p")
+        };
+        let b = Batch::build(1, 50_000_000, 50_000_000)
+            .proc(info(1, "/a"))
+            .proc(info(2, "/b"))
+            .proc(info(3, "/b"))
+            .with(|b| {
+                b.wait_by = vec![
+                    WaitByRow {
+                        pid: 1,
+                        culprit: 2,
+                        ns: 2_000_000_000,
+                    },
+                    WaitByRow {
+                        pid: 1,
+                        culprit: 3,
+                        ns: 1_000_000_000,
+                    },
+                    WaitByRow {
+                        pid: 2,
+                        culprit: 1,
+                        ns: 500_000_000,
+                    },
+                    // The idle CPU: no cgroup, not exported.
+                    WaitByRow {
+                        pid: 1,
+                        culprit: 0,
+                        ns: 7,
+                    },
+                ];
+            })
+            .done();
+        s.ingest(&b);
+        let mut out = Vec::new();
+        s.families(&mut out);
+        let f = out
+            .iter()
+            .find(|f| f.exposed_name() == "ebee_cgroup_wait_by_seconds_total")
+            .unwrap();
+        let got: Vec<(String, String, f64)> = f
+            .series
+            .iter()
+            .map(|x| {
+                let Value::Counter(v) = x.value else { panic!() };
+                (x.labels[0].1.clone(), x.labels[1].1.clone(), v)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("/a".into(), "/b".into(), 3.0),
+                ("/b".into(), "/a".into(), 0.5)
+            ]
         );
     }
 }

@@ -3,7 +3,7 @@
 //! command line can hold secrets). Every process the Batches charge is counted, but each
 //! measure exports only its top K processes, ranked by their recent activity (an exponential
 //! window of about ten seconds, so a process does not flicker in and out with each interval),
-//! or by resident memory: at most 7 K series. A process that leaves a top K stops being
+//! or by resident memory: at most 8 K series. A process that leaves a top K stops being
 //! exported for that measure (its series goes stale in Prometheus) and comes back with its
 //! counter where it has got to, so `rate()` stays right across the gap.
 
@@ -29,15 +29,16 @@ const READ: usize = 2;
 const WRITE: usize = 3;
 const RX: usize = 4;
 const TX: usize = 5;
+const CAUSED: usize = 6;
 /// Number of counted measures.
-const MEASURES: usize = 6;
+const MEASURES: usize = 7;
 
 #[derive(Debug, Default)]
 struct Proc {
     start_ticks: u64,
     comm: String,
     /// Since first seen: on-CPU ns, wait ns, disk bytes read and written, socket bytes
-    /// received and sent.
+    /// received and sent, wait caused others ns.
     total: [u64; MEASURES],
     /// The same, exponentially decayed with `RANK_WINDOW_NS`.
     recent: [f64; MEASURES],
@@ -143,6 +144,9 @@ impl Section for Processes {
         for r in &b.wait {
             self.charge(r.pid, WAIT, r.ns, now);
         }
+        for r in &b.caused {
+            self.charge(r.pid, CAUSED, r.ns, now);
+        }
         for r in &b.io {
             self.charge(r.pid, READ, r.read_bytes, now);
             self.charge(r.pid, WRITE, r.write_bytes, now);
@@ -206,6 +210,14 @@ impl Section for Processes {
                 "Bytes a process's sockets sent (any family) since ebee-top first saw it; the \
                  top K by recent traffic.",
                 Unit::Bytes,
+            ),
+            (
+                CAUSED,
+                "ebee_process_caused_wait",
+                "Run-queue wait a process caused other processes (it ran on their CPU while \
+                 they waited for it) since ebee-top first saw it; the top K by recent wait \
+                 caused.",
+                Unit::Seconds,
             ),
         ];
         for (m, name, help, unit) in counted {
@@ -335,6 +347,10 @@ mod tests {
                         read_bytes: 7,
                         write_bytes: 0,
                     }];
+                    b.caused = vec![WaitRow {
+                        pid: 5,
+                        ns: 1_500_000_000,
+                    }];
                 })
                 .done(),
         );
@@ -357,6 +373,10 @@ mod tests {
             vec![("4".into(), 7.0)]
         );
         assert!(pids("ebee_process_disk_written_bytes_total").is_empty());
+        assert_eq!(
+            pids("ebee_process_caused_wait_seconds_total"),
+            vec![("5".into(), 1.5)]
+        );
         assert_eq!(
             pids("ebee_process_cpu_seconds_total"),
             vec![("1".into(), 5e-9)]
