@@ -92,6 +92,10 @@ pub fn run(rounds: u32, round_trips: u64) -> Result<()> {
         ],
     )?;
     for (name, k) in [
+        (
+            "off-CPU split and culprits off (`--no-culprits`)",
+            "no_culprits_ns_per_run",
+        ),
         ("cgroups off (`--cgroups off`)", "cgroups_off_ns_per_run"),
         ("cgroups on (the default)", "sched_switch_ns_per_run"),
         (

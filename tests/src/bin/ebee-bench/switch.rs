@@ -43,12 +43,19 @@ fn pingpong(mut probes: Option<&mut Probes>, round_trips: u64) -> anyhow::Result
 }
 
 /// `sched_switch`'s run time per switch over one ping-pong run with BPF statistics on, loaded
-/// with `cgroups` and the per-thread mode `threads`.
-fn switch_ns_per_run(cgroups: Want, threads: bool, round_trips: u64) -> anyhow::Result<(f64, u64)> {
+/// with `cgroups`, the per-thread mode `threads`, and the off-CPU split and culprits off with
+/// `no_culprits`.
+fn switch_ns_per_run(
+    cgroups: Want,
+    threads: bool,
+    no_culprits: bool,
+    round_trips: u64,
+) -> anyhow::Result<(f64, u64)> {
     let mut p = Probes::load(
         ProbeConfig {
             bpf_stats: true,
             cgroups,
+            no_culprits,
             ..Default::default()
         },
         Duration::from_millis(50),
@@ -68,6 +75,7 @@ fn bpf_stats(round_trips: u64, reps: u32) -> anyhow::Result<serde_json::Value> {
     let mut floor = Vec::new();
     let mut runs = (0, 0);
     let (mut off, mut on, mut threads) = (Vec::new(), Vec::new(), Vec::new());
+    let mut no_culprits = Vec::new();
     for _ in 0..reps {
         let f = ebee_top::probes::SwitchFloor::attach(true)?;
         pingpong(None, round_trips)?;
@@ -75,11 +83,12 @@ fn bpf_stats(round_trips: u64, reps: u32) -> anyhow::Result<serde_json::Value> {
         drop(f);
         floor.push(ns_per_run(st.run_ns, st.run_count));
         runs.0 = st.run_count;
-        off.push(switch_ns_per_run(Want::Off, false, round_trips)?.0);
-        let (ns, n) = switch_ns_per_run(Want::Auto, false, round_trips)?;
+        off.push(switch_ns_per_run(Want::Off, false, false, round_trips)?.0);
+        let (ns, n) = switch_ns_per_run(Want::Auto, false, false, round_trips)?;
         on.push(ns);
         runs.1 = n;
-        threads.push(switch_ns_per_run(Want::Auto, true, round_trips)?.0);
+        threads.push(switch_ns_per_run(Want::Auto, true, false, round_trips)?.0);
+        no_culprits.push(switch_ns_per_run(Want::Auto, false, true, round_trips)?.0);
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -93,6 +102,7 @@ fn bpf_stats(round_trips: u64, reps: u32) -> anyhow::Result<serde_json::Value> {
         "sched_switch_runs": runs.1,
         "cgroups_off_ns_per_run": median(off),
         "threads_ns_per_run": median(threads),
+        "no_culprits_ns_per_run": median(no_culprits),
     }))
 }
 
