@@ -23,6 +23,13 @@ use super::{
 };
 use crate::util;
 
+/// A part of the table measured alone.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Only {
+    /// Userspace instructions per interval (callgrind), batch mode and the screen.
+    Instructions,
+}
+
 /// Options of one run (the subcommand's flags).
 pub struct Opts {
     pub rounds: u32,
@@ -184,6 +191,85 @@ fn instructions_per_interval(args: &[&str], short: u64, long: u64) -> Option<f64
     };
     let (a, b) = (run(short)?, run(long)?);
     Some((b - a) / (long - short) as f64)
+}
+
+/// The total a callgrind output file counted (its `totals:` line).
+fn callgrind_totals(out: &Path) -> Option<f64> {
+    std::fs::read_to_string(out).ok()?.lines().find_map(|l| {
+        l.strip_prefix("totals:")
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    })
+}
+
+/// Userspace instructions per interval of the interactive screen at 50 ms in a 200x50 tmux
+/// pane (`-n N` closes it after N intervals' frames), from two callgrind runs as above. Every
+/// thread is counted (drain, host, input and the UI's drawing). None when valgrind is missing
+/// or a run did not end within its time.
+fn screen_instructions_per_interval(short: u64, long: u64) -> Option<f64> {
+    let run = |n: u64| -> Option<f64> {
+        let out = std::env::temp_dir().join(format!("ebee-cost-cgs-{}-{n}", std::process::id()));
+        let cmd = format!(
+            "valgrind -q --tool=callgrind --callgrind-out-file={} {} -d 0.05 --no-config -n {n}",
+            out.display(),
+            bin("ebee-top").display()
+        );
+        tmux_pane("ebee-cost-cg", &cmd).ok()?;
+        // Under callgrind an interval takes a few times its 50 ms: allow a second each.
+        let t0 = Instant::now();
+        let ended = loop {
+            let alive = Command::new("tmux")
+                .args(["has-session", "-t", "ebee-cost-cg"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !alive {
+                break true;
+            }
+            if t0.elapsed() > Duration::from_secs(30 + n) {
+                let _ = Command::new("tmux")
+                    .args(["kill-session", "-t", "ebee-cost-cg"])
+                    .status();
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let total = callgrind_totals(&out);
+        let _ = std::fs::remove_file(&out);
+        total.filter(|_| ended)
+    };
+    let (a, b) = (run(short)?, run(long)?);
+    Some((b - a) / (long - short) as f64)
+}
+
+/// `--only instructions`: batch mode and the screen, 1,000 idle processes, printed only.
+pub fn instructions() -> Result<()> {
+    if !util::is_root() {
+        bail!("bench cost loads eBPF: run it as root");
+    }
+    let _idle = workload(&["idle", "--procs", "1000"])?;
+    std::thread::sleep(Duration::from_secs(2));
+    let m = |v: Option<f64>| {
+        v.map_or("n/a (no valgrind?)".to_owned(), |i| {
+            format!("{:.3} M", i / 1e6)
+        })
+    };
+    eprintln!("bench cost: callgrind, batch mode");
+    let batch = instructions_per_interval(&["-b", "-d", "0.05", "--format", "json"], 40, 240);
+    eprintln!("bench cost: callgrind, the screen in a 200x50 tmux pane");
+    let screen = screen_instructions_per_interval(40, 240);
+    println!(
+        "userspace instructions per interval (callgrind, 240 - 40 intervals, 1,000 idle \
+         processes, {} processes in all)",
+        std::fs::read_dir("/proc")?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .count()
+    );
+    println!("batch  `ebee-top -b -d 0.05 --format json`: {}", m(batch));
+    println!(
+        "screen `ebee-top -d 0.05 --no-config`, 200x50: {}",
+        m(screen)
+    );
+    Ok(())
 }
 
 /// The interactive screen at 50 ms in a 200x50 tmux pane: its share per round.
@@ -361,8 +447,9 @@ pub fn run(o: &Opts) -> Result<()> {
          shares are the scheduler's own ns (/proc/PID/task/*/schedstat) over each round's \
          window; eBPF time is the kernel's BPF run-time statistics as ebee-top reports them \
          (`cost.bpf_ns`, sampled 1 s in 10). Instructions are userspace instructions per \
-         interval counted by callgrind (the difference of a 40- and a 240-interval run; \
-         kernel time in syscalls is not in them).\n"
+         interval counted by callgrind (the difference of a 40- and a 240-interval run, on \
+         the screen every thread of it in its pane, `-n` closing it; kernel time in syscalls \
+         is not in them).\n"
     )?;
 
     eprintln!("bench cost: batch mode, 1,000 idle processes");
@@ -383,6 +470,7 @@ pub fn run(o: &Opts) -> Result<()> {
     eprintln!("bench cost: the screen in tmux");
     let screen_v = screen_rounds(o)?;
     let screen = median_ci(&screen_v);
+    let screen_instr = screen_instructions_per_interval(40, 240);
     eprintln!("bench cost: serve at 1 s");
     let serve = median_ci(&serve_rounds(o)?);
 
@@ -497,9 +585,12 @@ pub fn run(o: &Opts) -> Result<()> {
     )?;
     writeln!(
         body,
-        "| own CPU, interactive screen at 50 ms in a 200x50 pane (process; eBPF as above) | {} | \
-         1.5% | {} |",
+        "| own CPU, interactive screen at 50 ms in a 200x50 pane (process; eBPF as above) | {}; \
+         {} | 1.5% | {} |",
         fmt_ci(screen, 2, "%"),
+        screen_instr.map_or("n/a (no valgrind)".to_owned(), |i| {
+            format!("{:.2} M instructions per interval", i / 1e6)
+        }),
         ok_mark(screen.2 <= 1.5)
     )?;
     writeln!(

@@ -162,6 +162,12 @@ pub enum Which {
         /// GET requests per redis-benchmark run.
         #[arg(long, default_value_t = 100_000)]
         redis_requests: u64,
+        /// `instructions`: only callgrind's userspace instructions per interval, batch mode and
+        /// the screen, with 1,000 idle processes; printed, BENCHMARKS.md left alone (a quick
+        /// re-measure while cutting; deterministic enough that the machine's load does not
+        /// matter, unlike the times).
+        #[arg(long, value_enum)]
+        only: Option<cost::Only>,
     },
     /// The flight recorder, accelerated: `serve --record-dir` at 10 ms on the busy load with a
     /// small budget, killed with SIGKILL twice and restarted; disk use against the budget,
@@ -241,12 +247,16 @@ pub fn run(which: Which) -> Result<()> {
             seconds,
             redis_pairs,
             redis_requests,
-        } => cost::run(&cost::Opts {
-            rounds,
-            seconds,
-            redis_pairs,
-            redis_requests,
-        }),
+            only,
+        } => match only {
+            Some(cost::Only::Instructions) => cost::instructions(),
+            None => cost::run(&cost::Opts {
+                rounds,
+                seconds,
+                redis_pairs,
+                redis_requests,
+            }),
+        },
     }
 }
 

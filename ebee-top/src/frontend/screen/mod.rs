@@ -77,6 +77,8 @@ pub struct Screen<B: Backend> {
     latency: Latency,
     /// The interval the source was last told (the setup screen changes `App::interval`).
     interval: std::time::Duration,
+    /// Intervals still to draw before the screen closes (`-n`, as top's); None: no end.
+    intervals_left: Option<u64>,
 }
 
 impl<B: Backend> Screen<B> {
@@ -93,7 +95,14 @@ impl<B: Backend> Screen<B> {
             inputs,
             latency: Latency::new(),
             interval,
+            intervals_left: None,
         }
+    }
+
+    /// Close after `n` intervals' frames (`-n`, as top's): the same intervals in a script or
+    /// a benchmark, however fast they come.
+    pub fn stop_after(&mut self, n: Option<u64>) {
+        self.intervals_left = n;
     }
 
     pub fn app(&self) -> &App {
@@ -159,6 +168,12 @@ impl<B: Backend> Screen<B> {
         if let Some(end) = interval_end {
             // `draw` has flushed the changed cells to the terminal.
             self.latency.shown(end, (self.inputs.clock)());
+            if let Some(left) = &mut self.intervals_left {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    return Ok(false);
+                }
+            }
         }
         Ok(true)
     }
@@ -182,8 +197,8 @@ impl<B: Backend> Screen<B> {
 /// Run the screen on the real terminal: signals and input become messages on `tx`, the
 /// terminal is restored before this returns, and with `latency_report` (live only: replayed
 /// intervals ended long ago) how late each interval's frame was is written there on the way
-/// out. With `mouse`, clicks and the wheel reach the App. The App's error, if it quit on one,
-/// is the result.
+/// out. With `mouse`, clicks and the wheel reach the App. With `iterations`, it closes after
+/// that many intervals (`-n`). The App's error, if it quit on one, is the result.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     app: App,
@@ -192,12 +207,14 @@ pub fn run(
     (tx, rx): (Sender<Msg>, Receiver<Msg>),
     latency_report: Option<&Path>,
     mouse: bool,
+    iterations: Option<u64>,
     on_effect: impl FnMut(Effect),
 ) -> anyhow::Result<()> {
     terminal::spawn_signals(tx.clone())?;
     let (guard, term) = terminal::Guard::enter(mouse).context("setting up the terminal")?;
     terminal::spawn_input(tx)?;
     let mut screen = Screen::new(term, app, theme, inputs);
+    screen.stop_after(iterations);
     let r = screen.run(&rx, on_effect);
     drop(guard);
     r?;

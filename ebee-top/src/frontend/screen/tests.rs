@@ -125,6 +125,24 @@ fn rows(h: &Harness) -> Vec<u32> {
 }
 
 #[test]
+fn iterations_close_the_screen_after_that_many_intervals() {
+    let mut h = Harness::new(app(), 100, 30);
+    h.screen.stop_after(Some(3));
+    three(&mut h, 1, 2);
+    // Keys and other news are not intervals.
+    assert!(h.key(KeyCode::Down));
+    let b = batch(
+        3,
+        &[(4242, [10 * MS; 5])],
+        &[proc(4242, "cruncher", "cruncher")],
+    );
+    assert!(
+        !h.send(Msg::Batch(Box::new(b))),
+        "the third interval closes it"
+    );
+}
+
+#[test]
 fn filter_narrows_the_table_and_esc_clears_it() {
     let mut h = Harness::new(app(), 100, 30);
     three(&mut h, 1, 20);
