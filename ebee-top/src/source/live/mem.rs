@@ -3,7 +3,9 @@
 //! after attaching), which gives RES and its growth per interval, also for processes whose
 //! memory did not change. Pure: readings and exits in, Batch rows out.
 
-use std::collections::HashMap;
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::HashMap;
 
 use crate::batch::MemRow;
 use crate::model::rank::Ranked;

@@ -10,11 +10,13 @@ mod qos;
 mod servers;
 mod wait;
 
-use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use ebee_shared::lifecycle::{EVENT_EXEC, EVENT_EXIT};
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _, HashSet};
 
 use super::Source;
 use crate::batch::{Batch, CpuRow, Dropped, Exit, MEM_TOP_ROWS, MemStats};
@@ -214,7 +216,7 @@ impl Source for Live {
             .as_ref()
             .map(|t| self.cg.threads(t, nbins));
         let threads_exact = raw.cgroups.threads_exact.as_ref().map(|e| {
-            let pid_of: std::collections::HashMap<u32, u32> = raw
+            let pid_of: HashMap<u32, u32> = raw
                 .cgroups
                 .threads
                 .iter()
