@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::mpsc::{Receiver, Sender};
 
 use anyhow::Context as _;
+use ratatui::buffer::Buffer;
 use ratatui::{Terminal, backend::Backend};
 
 use super::config::Saver;
@@ -63,6 +64,42 @@ impl Inputs {
     }
 }
 
+/// The cells of `next` to send to a terminal showing `prev` (indexes into both, same area),
+/// into `out`: ratatui's `Buffer::diff`, the same cells in the same order. That only asks
+/// whether a symbol is wider than one column, and how wide if so: a single character known
+/// narrow (see [`narrow`]; nearly every cell: text, borders, bars) is taken as 1 without a
+/// Unicode table lookup (a width of 0 or 1 gives the same cells).
+pub(super) fn changed_cells(prev: &Buffer, next: &Buffer, out: &mut Vec<usize>) {
+    fn width(symbol: &str) -> usize {
+        let mut chars = symbol.chars();
+        match (chars.next(), chars.next()) {
+            (Some(c), None) if narrow(c) => 1,
+            _ => ratatui::text::Span::raw(symbol).width(),
+        }
+    }
+    out.clear();
+    // Cells invalidated by drawing or replacing a preceding wide character, and cells of
+    // `next` to skip because a preceding wide character covers them.
+    let (mut invalidated, mut to_skip) = (0usize, 0usize);
+    for (i, (cur, old)) in next.content.iter().zip(&prev.content).enumerate() {
+        if !cur.skip && (cur != old || invalidated > 0) && to_skip == 0 {
+            out.push(i);
+        }
+        let (w_cur, w_old) = (width(cur.symbol()), width(old.symbol()));
+        to_skip = w_cur.saturating_sub(1);
+        invalidated = w_cur.max(w_old).max(invalidated).saturating_sub(1);
+    }
+}
+
+/// Characters no wider than one column alone (a test checks each against ratatui's width):
+/// below U+1100 (where the first wide characters are), box drawing, block elements and
+/// braille (the screen's borders, bars and graphs).
+pub(super) fn narrow(c: char) -> bool {
+    c < '\u{1100}'
+        || ('\u{2500}'..='\u{259f}').contains(&c)
+        || ('\u{2800}'..='\u{28ff}').contains(&c)
+}
+
 fn no_save() -> Saver {
     Box::new(|_| Err("not saved: no settings file".into()))
 }
@@ -70,6 +107,11 @@ fn no_save() -> Saver {
 /// The App on a terminal.
 pub struct Screen<B: Backend> {
     terminal: Terminal<B>,
+    /// What the terminal shows: the last frame drawn (see [`Screen::draw`]).
+    shown: Buffer,
+    /// The cells of the frame being drawn that differ from `shown` (indexes), kept between
+    /// frames.
+    changed: Vec<usize>,
     app: App,
     theme: Theme,
     inputs: Inputs,
@@ -90,6 +132,8 @@ impl<B: Backend> Screen<B> {
         let interval = app.interval;
         Self {
             terminal,
+            shown: Buffer::empty(ratatui::layout::Rect::ZERO),
+            changed: Vec::new(),
             app,
             theme,
             inputs,
@@ -114,11 +158,35 @@ impl<B: Backend> Screen<B> {
     }
 
     /// Draw the App as it is (only the cells that changed reach the terminal).
+    ///
+    /// What ratatui's `Terminal::draw` does, step by step, but with the frame compared with the
+    /// last one by [`changed_cells`]: ratatui's own comparison measured the Unicode width of
+    /// every cell's symbol three times, a quarter of the screen's instructions.
     pub fn draw(&mut self) -> anyhow::Result<()> {
         let (app, theme) = (&self.app, &self.theme);
-        self.terminal
-            .draw(|f| crate::view::render(app, theme, f))
-            .context("drawing")?;
+        // A new size clears the terminal (and ratatui's buffers).
+        self.terminal.autoresize().context("drawing")?;
+        // The buffer drawn into holds the frame before last (swapped below): start blank, as
+        // ratatui's swap_buffers leaves it.
+        self.terminal.current_buffer_mut().reset();
+        let mut frame = self.terminal.get_frame();
+        crate::view::render(app, theme, &mut frame);
+        let next = self.terminal.current_buffer_mut();
+        if self.shown.area != next.area {
+            // The first frame, or the terminal was resized and cleared: nothing is shown.
+            self.shown = Buffer::empty(next.area);
+        }
+        changed_cells(&self.shown, next, &mut self.changed);
+        std::mem::swap(&mut self.shown, next);
+        let shown = &self.shown;
+        let updates = self.changed.iter().map(|&i| {
+            let (x, y) = shown.pos_of(i);
+            (x, y, &shown.content[i])
+        });
+        let backend = self.terminal.backend_mut();
+        backend.draw(updates).context("drawing")?;
+        self.terminal.hide_cursor().context("drawing")?;
+        self.terminal.backend_mut().flush().context("drawing")?;
         Ok(())
     }
 
