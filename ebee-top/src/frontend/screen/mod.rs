@@ -82,10 +82,13 @@ pub(super) fn changed_cells(prev: &Buffer, next: &Buffer, out: &mut Vec<usize>) 
     // `next` to skip because a preceding wide character covers them.
     let (mut invalidated, mut to_skip) = (0usize, 0usize);
     for (i, (cur, old)) in next.content.iter().zip(&prev.content).enumerate() {
-        if !cur.skip && (cur != old || invalidated > 0) && to_skip == 0 {
+        let same = cur == old;
+        if !cur.skip && (!same || invalidated > 0) && to_skip == 0 {
             out.push(i);
         }
-        let (w_cur, w_old) = (width(cur.symbol()), width(old.symbol()));
+        // An unchanged cell (most of them) has one symbol to measure.
+        let w_cur = width(cur.symbol());
+        let w_old = if same { w_cur } else { width(old.symbol()) };
         to_skip = w_cur.saturating_sub(1);
         invalidated = w_cur.max(w_old).max(invalidated).saturating_sub(1);
     }
