@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use ebee_shared::lifecycle::{EVENT_EXEC, EVENT_EXIT};
 // foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
 // flood an attacker can aim, and its RandomState is still seeded per process.
-use foldhash::{HashMap, HashMapExt as _, HashSet};
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
 use super::Source;
 use crate::batch::{Batch, CpuRow, Dropped, Exit, MEM_TOP_ROWS, MemStats};
@@ -104,7 +104,9 @@ impl Live {
         procs: &[crate::batch::ProcInfo],
         t_ms: u64,
     ) -> Vec<crate::batch::ProcInfo> {
-        let mut seen: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+        // Sized for the rows and as many ancestors up front, not rehashed as it grows.
+        let mut seen: HashSet<u32> = HashSet::with_capacity(2 * procs.len());
+        seen.extend(procs.iter().map(|p| p.pid));
         let mut out = Vec::new();
         for pid in self.procs.take_reparented() {
             if seen.insert(pid) {
