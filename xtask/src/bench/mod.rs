@@ -168,6 +168,13 @@ pub enum Which {
         /// matter, unlike the times).
         #[arg(long, value_enum)]
         only: Option<cost::Only>,
+        /// With `--only instructions`: another ebee-top binary (say main's, built beforehand)
+        /// measured at the same time as this tree's, so both see the same processes.
+        #[arg(long)]
+        baseline: Option<std::path::PathBuf>,
+        /// With `--only instructions`: measurements of each mode.
+        #[arg(long, default_value_t = 1)]
+        instr_rounds: u32,
     },
     /// The flight recorder, accelerated: `serve --record-dir` at 10 ms on the busy load with a
     /// small budget, killed with SIGKILL twice and restarted; disk use against the budget,
@@ -248,8 +255,10 @@ pub fn run(which: Which) -> Result<()> {
             redis_pairs,
             redis_requests,
             only,
+            baseline,
+            instr_rounds,
         } => match only {
-            Some(cost::Only::Instructions) => cost::instructions(),
+            Some(cost::Only::Instructions) => cost::instructions(baseline.as_deref(), instr_rounds),
             None => cost::run(&cost::Opts {
                 rounds,
                 seconds,
