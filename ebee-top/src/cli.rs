@@ -92,7 +92,8 @@ pub struct Cli {
     #[arg(short = 'b', long)]
     pub batch: bool,
 
-    /// Stop after this many intervals (batch mode; default: run until interrupted).
+    /// Stop after this many intervals (default: run until interrupted); on the screen, close
+    /// after drawing this many, as top's -n does.
     #[arg(short = 'n', long = "iterations", value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub iterations: Option<u64>,

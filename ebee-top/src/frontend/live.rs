@@ -90,6 +90,7 @@ pub fn run(cli: &Cli, endpoint: Option<Endpoint>, cfg: &Loaded) -> anyhow::Resul
         (tx, rx),
         cli.latency_report.as_deref(),
         !cli.screen.no_mouse,
+        cli.iterations,
         |e| match e {
             Effect::Hold(keys) => {
                 let (ok, notes) = hold(keys);

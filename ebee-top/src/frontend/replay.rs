@@ -51,6 +51,7 @@ pub fn run(a: &ReplayArgs, cfg: &super::config::Loaded) -> anyhow::Result<()> {
         (tx, rx),
         None,
         !a.screen.no_mouse,
+        None,
         |e| {
             if let Effect::Replay(c) = e {
                 let _ = ctl_tx.send(c);

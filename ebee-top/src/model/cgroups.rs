@@ -2,7 +2,11 @@
 //! over the last second and the memory it reports, kept a minute after its last charge and a
 //! few seconds after its directory was found gone (marked removed), like an exited process.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::HashMap;
 
 use crate::batch::Batch;
 

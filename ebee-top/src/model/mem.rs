@@ -4,7 +4,9 @@
 //! and by growth per second, both kept ranked as Batches arrive (see [`super::rank`]). Pure,
 //! like the rest of the Model.
 
-use std::collections::HashMap;
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::HashMap;
 
 use super::rank::Ranked;
 use crate::batch::{Batch, MemRow};

@@ -63,9 +63,12 @@ pub struct Model {
     procs: HashMap<u32, ProcInfo>,
     /// pid -> seq of the interval it exited in.
     exited: HashMap<u32, u64>,
-    /// Pids whose info came with the last Batch: with those leaving `exited`, the only names
-    /// the next Batch may forget (every other name is of an exited or memory-known process).
+    /// Pids whose info came with the last Batch, sorted: with those leaving `exited`, the only
+    /// names the next Batch may forget (every other name is of an exited or memory-known
+    /// process).
     last_procs: Vec<u32>,
+    /// The buffer of the list of names to forget, kept between Batches.
+    forget: Vec<u32>,
     /// Syscall and request QoS of pinned processes.
     pub qos: qos::QosModel,
     /// The interactive screen's process table: burst history, exited processes, pins.
@@ -121,20 +124,39 @@ impl Model {
             keep
         });
         self.mem.ingest(b);
+        let mut now = std::mem::take(&mut self.forget);
+        now.clear();
+        now.extend(b.procs.iter().map(|p| p.pid));
+        now.sort_unstable();
         // Keep names only for what can still be shown: this interval's processes, the
         // recently exited, and those with a known RSS (a memory ranking shows them while their
         // memory does not change). A pid that comes back is a new process and brings its own
         // info. A memory-known process leaves the memory view only by exiting, and then is in
-        // `exited`: so only the pids in `forget` can have stopped being either.
-        for pid in forget {
-            if !self.exited.contains_key(&pid) && self.mem.sketch.rss_of(pid).is_none() {
+        // `exited`: so only the pids in `forget` can have stopped being either. This
+        // interval's are kept in place (most Batches name the same processes as the last
+        // one): removing and cloning them again was hundreds of allocations an interval.
+        for pid in forget.drain(..) {
+            if now.binary_search(&pid).is_err()
+                && !self.exited.contains_key(&pid)
+                && self.mem.sketch.rss_of(pid).is_none()
+            {
                 self.procs.remove(&pid);
             }
         }
         for p in &b.procs {
-            self.procs.insert(p.pid, p.clone());
+            match self.procs.entry(p.pid) {
+                std::collections::hash_map::Entry::Occupied(mut o) => {
+                    if o.get() != p {
+                        o.get_mut().clone_from(p);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(p.clone());
+                }
+            }
         }
-        self.last_procs = b.procs.iter().map(|p| p.pid).collect();
+        self.forget = forget;
+        self.last_procs = now;
         self.qos.ingest(b);
         self.wait.ingest(b);
         self.servers.ingest(b);

@@ -7,7 +7,11 @@
 //! process's RSS) and in the Model (what the Batches told).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::HashMap;
 
 /// Value per pid plus an index ordered largest first, ties by the smaller pid.
 #[derive(Clone, Debug, Default)]
@@ -102,7 +106,7 @@ mod tests {
             k in 0usize..50,
         ) {
             let mut r = Ranked::new();
-            let mut truth: HashMap<u32, u64> = HashMap::new();
+            let mut truth: HashMap<u32, u64> = HashMap::default();
             for o in ops {
                 match o {
                     Op::Set(p, v) => prop_assert_eq!(r.insert(p, v), truth.insert(p, v)),

@@ -3,9 +3,12 @@
 //! kernel's per-interval histograms), its open connections and bytes, a history of its p99;
 //! each process's socket bytes per second. Pure: everything came in a Batch.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 use ebee_shared::servers::{HIST_BUCKETS, bucket_low, bucket_width};
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _, HashSet};
 
 use crate::batch::Batch;
 use crate::batch::servers::{NetRow, ServerRow};

@@ -7,7 +7,9 @@
 //! started no later than its child, so a child whose recorded parent pid now names a younger
 //! process (the parent exited and its pid was reused) is not put under it.
 
-use std::collections::{HashMap, HashSet};
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
 use super::procs::{ProcEntry, ProcKey};
 use crate::batch::{Batch, ProcInfo};
@@ -167,7 +169,7 @@ pub trait Parents<'a> {
 pub fn build<'a, R, N>(
     listed: &[&'a ProcEntry],
     parents: &impl Parents<'a>,
-    collapsed: &HashSet<ProcKey>,
+    collapsed: &std::collections::HashSet<ProcKey>,
     measures: &Measures<R, N>,
 ) -> Vec<TreeRow<'a>>
 where

@@ -7,12 +7,15 @@
 //! walk is bounded in depth and entries and never follows a symlink, names that are not UTF-8
 //! are shown with their odd bytes escaped, and a cgroup removed under a walk is skipped.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _};
 
 /// Which hierarchy the user asked for (`--cgroups`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

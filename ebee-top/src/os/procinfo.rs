@@ -2,7 +2,9 @@
 //! kernel's exec and exit events, so a reused pid never shows a dead process's name. A process
 //! that is gone before we look keeps the name its exit event carried.
 
-use std::collections::HashMap;
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::HashMap;
 
 use crate::batch::ProcInfo;
 

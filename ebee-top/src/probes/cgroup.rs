@@ -3,8 +3,6 @@
 //! and parity, so once the CPU drain has seen every CPU move to the new interval they are
 //! quiescent: read, merge across stages and CPUs, clear.
 
-use std::collections::HashMap;
-
 use aya::{
     Ebpf,
     maps::{MapData, PerCpuArray, PerCpuHashMap},
@@ -14,6 +12,9 @@ use ebee_shared::{
     cpu::{BinCfg, ThreadSketch},
     map_names,
 };
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _};
 
 use super::btf::Btf;
 use super::cpu::{CpuCharge, Merge};

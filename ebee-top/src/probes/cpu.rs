@@ -9,7 +9,6 @@
 //! `cpu_flip`, run there by IPI. Neither can interrupt the other on one CPU, so no atomics and
 //! no retries are needed, and every nanosecond is in exactly one interval.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use aya::{
@@ -20,6 +19,9 @@ use ebee_shared::{
     cpu::{BURST_BINS, BinCfg, CpuFlipArgs, CpuSketch, CpuSlot, CpuState, CpuTrace, bin_lane},
     ctl, map_names,
 };
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::HashMap;
 
 use super::flip::Flipper;
 use super::kick::Kickers;

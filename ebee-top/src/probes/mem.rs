@@ -3,7 +3,6 @@
 //! newest-wins per process, and clear them for reuse. The live source folds the readings into
 //! the last-known RSS of every process (`source::live::mem`).
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use aya::{
@@ -12,6 +11,9 @@ use aya::{
 };
 use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot, MemTrace};
 use ebee_shared::{ctl, map_names};
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _};
 
 use super::btf::Btf;
 use super::percpu::SlotBuf;

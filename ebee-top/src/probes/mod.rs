@@ -209,7 +209,7 @@ impl Probes {
             .drain(ebee_shared::ctl::parity(epoch) ^ 1, self.cpu.closed_bins())?;
         raw.lifecycle = self.lifecycle.read();
         if let Some(s) = self.servers.as_mut() {
-            let exited: std::collections::HashSet<u32> = raw
+            let exited: foldhash::HashSet<u32> = raw
                 .lifecycle
                 .iter()
                 .filter(|e| e.kind == ebee_shared::lifecycle::EVENT_EXIT)

@@ -5,7 +5,6 @@
 //! slots to the busiest servers. The listening ports are read from /proc once, at load (the
 //! kernel marks every later listener itself); nothing on the drain reads /proc.
 
-use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use aya::{
@@ -17,6 +16,9 @@ use ebee_shared::servers::{
     HIST_BUCKETS, HIST_SLOTS, NetSketch, PORT_WORDS, SLOT_INDEX, SrvCpu, SrvHist, SrvOffsets,
     SrvSketch, slot_entry,
 };
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _, HashSet};
 
 use super::btf::Btf;
 use super::percpu::SlotBuf;
@@ -504,7 +506,7 @@ mod tests {
     #[test]
     fn the_busiest_servers_hold_the_slots_and_a_new_owner_settles_first() {
         let mut s = HistSlots::default();
-        let none = HashSet::new();
+        let none = HashSet::default();
         let counts: Vec<(u32, u64)> = (1..=HIST_SLOTS as u32 + 8)
             .map(|t| (t, u64::from(t) * 10))
             .collect();
@@ -529,7 +531,7 @@ mod tests {
                 .any(|c| matches!(c, SlotChange::Give { tgid: 1000, .. }))
         );
         // An exited owner frees its slot.
-        let gone: HashSet<u32> = [1000].into();
+        let gone: HashSet<u32> = HashSet::from_iter([1000]);
         let ch = s.update(&more, &gone);
         assert!(ch.contains(&SlotChange::Take { tgid: 1000 }), "{ch:?}");
     }

@@ -23,6 +23,13 @@ use super::{
 };
 use crate::util;
 
+/// A part of the table measured alone.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Only {
+    /// Userspace instructions per interval (callgrind), batch mode and the screen.
+    Instructions,
+}
+
 /// Options of one run (the subcommand's flags).
 pub struct Opts {
     pub rounds: u32,
@@ -160,30 +167,135 @@ fn batch_rounds(o: &Opts) -> Result<(Vec<f64>, Vec<f64>)> {
     Ok((procs, bpf))
 }
 
-/// Userspace instructions per interval of `ebee-top ARGS -n N`, from two callgrind runs of
-/// different lengths (the difference leaves start-up out). None when valgrind is missing.
-fn instructions_per_interval(args: &[&str], short: u64, long: u64) -> Option<f64> {
-    let run = |n: u64| -> Option<f64> {
-        let out = std::env::temp_dir().join(format!("ebee-cost-cg-{}-{n}", std::process::id()));
-        let o = Command::new("valgrind")
-            .arg("--tool=callgrind")
-            .arg(format!("--callgrind-out-file={}", out.display()))
-            .arg("--")
-            .arg(bin("ebee-top"))
-            .args(args)
-            .args(["-n", &n.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .output()
-            .ok()?;
-        let _ = std::fs::remove_file(&out);
-        String::from_utf8_lossy(&o.stderr).lines().find_map(|l| {
-            l.split_once("Collected :")
-                .and_then(|(_, v)| v.trim().parse::<f64>().ok())
-        })
+/// Userspace instructions per interval of ebee-top in batch mode (`-b -d 0.05 --format json`)
+/// or on the screen (`-d 0.05 --no-config` in a 200x50 tmux pane, `-n` closing it; every
+/// thread counted), from two callgrind runs of different lengths (the difference leaves
+/// start-up out), for each binary of `bins`. The binaries run at the same time, so each sees
+/// the same processes (what the screen draws, and so what it costs, depends on them: a long
+/// command line in the table costs more than a short one). None for a binary when valgrind
+/// is missing or a run did not end in time.
+fn instructions_side_by_side(
+    bins: &[PathBuf],
+    screen: bool,
+    short: u64,
+    long: u64,
+) -> Vec<Option<f64>> {
+    let out = |i: usize, n: u64| {
+        std::env::temp_dir().join(format!("ebee-cost-cg-{}-{i}-{n}", std::process::id()))
     };
-    let (a, b) = (run(short)?, run(long)?);
-    Some((b - a) / (long - short) as f64)
+    let session = |i: usize| format!("ebee-cost-cg{i}");
+    let run = |n: u64| -> Vec<Option<f64>> {
+        let mut children = Vec::new();
+        for (i, b) in bins.iter().enumerate() {
+            let cg = format!("--callgrind-out-file={}", out(i, n).display());
+            if screen {
+                let cmd = format!(
+                    "valgrind -q --tool=callgrind {cg} {} -d 0.05 --no-config -n {n}",
+                    b.display()
+                );
+                let _ = tmux_pane(&session(i), &cmd);
+            } else {
+                children.push(
+                    Command::new("valgrind")
+                        .args(["-q", "--tool=callgrind", &cg, "--"])
+                        .arg(b)
+                        .args(["-b", "-d", "0.05", "--format", "json", "-n", &n.to_string()])
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn(),
+                );
+            }
+        }
+        // Under callgrind an interval takes a few times its 50 ms: allow a second each.
+        let t0 = Instant::now();
+        let mut ended = vec![true; bins.len()];
+        if screen {
+            for (i, e) in ended.iter_mut().enumerate() {
+                loop {
+                    let alive = Command::new("tmux")
+                        .args(["has-session", "-t", &session(i)])
+                        .stderr(Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success());
+                    if !alive {
+                        break;
+                    }
+                    if t0.elapsed() > Duration::from_secs(30 + n) {
+                        let _ = Command::new("tmux")
+                            .args(["kill-session", "-t", &session(i)])
+                            .status();
+                        *e = false;
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        } else {
+            for (c, e) in children.into_iter().zip(ended.iter_mut()) {
+                *e = c.and_then(|mut c| c.wait()).is_ok_and(|s| s.success());
+            }
+        }
+        (0..bins.len())
+            .map(|i| {
+                let total = callgrind_totals(&out(i, n));
+                let _ = std::fs::remove_file(out(i, n));
+                total.filter(|_| ended[i])
+            })
+            .collect()
+    };
+    let (a, b) = (run(short), run(long));
+    a.into_iter()
+        .zip(b)
+        .map(|(a, b)| Some((b? - a?) / (long - short) as f64))
+        .collect()
+}
+
+/// The total a callgrind output file counted (its `totals:` line).
+fn callgrind_totals(out: &Path) -> Option<f64> {
+    std::fs::read_to_string(out).ok()?.lines().find_map(|l| {
+        l.strip_prefix("totals:")
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    })
+}
+
+/// `--only instructions`: batch mode and the screen, 1,000 idle processes, printed only. With
+/// `baseline` (another ebee-top binary, say main's), each is measured side by side with it,
+/// `rounds` times.
+pub fn instructions(baseline: Option<&Path>, rounds: u32) -> Result<()> {
+    if !util::is_root() {
+        bail!("bench cost loads eBPF: run it as root");
+    }
+    let _idle = workload(&["idle", "--procs", "1000"])?;
+    std::thread::sleep(Duration::from_secs(2));
+    let mut bins = vec![bin("ebee-top")];
+    bins.extend(baseline.map(Path::to_path_buf));
+    let m = |v: &Option<f64>| v.map_or("n/a".to_owned(), |i| format!("{:.3} M", i / 1e6));
+    println!(
+        "userspace instructions per interval (callgrind, 240 - 40 intervals, 1,000 idle \
+         processes, {} processes in all){}",
+        std::fs::read_dir("/proc")?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .count(),
+        baseline.map_or(String::new(), |b| format!(
+            "; this tree's binary, then {} beside it",
+            b.display()
+        ))
+    );
+    for (what, screen) in [
+        ("batch  `ebee-top -b -d 0.05 --format json`", false),
+        ("screen `ebee-top -d 0.05 --no-config`, 200x50", true),
+    ] {
+        for _ in 0..rounds.max(1) {
+            eprintln!("bench cost: callgrind, {what}");
+            let v = instructions_side_by_side(&bins, screen, 40, 240);
+            println!(
+                "{what}: {}",
+                v.iter().map(m).collect::<Vec<_>>().join(" | ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The interactive screen at 50 ms in a 200x50 tmux pane: its share per round.
@@ -361,8 +473,9 @@ pub fn run(o: &Opts) -> Result<()> {
          shares are the scheduler's own ns (/proc/PID/task/*/schedstat) over each round's \
          window; eBPF time is the kernel's BPF run-time statistics as ebee-top reports them \
          (`cost.bpf_ns`, sampled 1 s in 10). Instructions are userspace instructions per \
-         interval counted by callgrind (the difference of a 40- and a 240-interval run; \
-         kernel time in syscalls is not in them).\n"
+         interval counted by callgrind (the difference of a 40- and a 240-interval run, on \
+         the screen every thread of it in its pane, `-n` closing it; kernel time in syscalls \
+         is not in them).\n"
     )?;
 
     eprintln!("bench cost: batch mode, 1,000 idle processes");
@@ -370,7 +483,7 @@ pub fn run(o: &Opts) -> Result<()> {
         let _idle = workload(&["idle", "--procs", "1000"])?;
         std::thread::sleep(Duration::from_secs(2));
         let (p, b) = batch_rounds(o)?;
-        let instr = instructions_per_interval(&["-b", "-d", "0.05", "--format", "json"], 40, 240);
+        let instr = instructions_side_by_side(&[bin("ebee-top")], false, 40, 240)[0];
         (p, b, instr)
     };
     let sum: Vec<f64> = batch_proc
@@ -383,6 +496,7 @@ pub fn run(o: &Opts) -> Result<()> {
     eprintln!("bench cost: the screen in tmux");
     let screen_v = screen_rounds(o)?;
     let screen = median_ci(&screen_v);
+    let screen_instr = instructions_side_by_side(&[bin("ebee-top")], true, 40, 240)[0];
     eprintln!("bench cost: serve at 1 s");
     let serve = median_ci(&serve_rounds(o)?);
 
@@ -497,9 +611,12 @@ pub fn run(o: &Opts) -> Result<()> {
     )?;
     writeln!(
         body,
-        "| own CPU, interactive screen at 50 ms in a 200x50 pane (process; eBPF as above) | {} | \
-         1.5% | {} |",
+        "| own CPU, interactive screen at 50 ms in a 200x50 pane (process; eBPF as above) | {}; \
+         {} | 1.5% | {} |",
         fmt_ci(screen, 2, "%"),
+        screen_instr.map_or("n/a (no valgrind)".to_owned(), |i| {
+            format!("{:.2} M instructions per interval", i / 1e6)
+        }),
         ok_mark(screen.2 <= 1.5)
     )?;
     writeln!(

@@ -162,6 +162,19 @@ pub enum Which {
         /// GET requests per redis-benchmark run.
         #[arg(long, default_value_t = 100_000)]
         redis_requests: u64,
+        /// `instructions`: only callgrind's userspace instructions per interval, batch mode and
+        /// the screen, with 1,000 idle processes; printed, BENCHMARKS.md left alone (a quick
+        /// re-measure while cutting; deterministic enough that the machine's load does not
+        /// matter, unlike the times).
+        #[arg(long, value_enum)]
+        only: Option<cost::Only>,
+        /// With `--only instructions`: another ebee-top binary (say main's, built beforehand)
+        /// measured at the same time as this tree's, so both see the same processes.
+        #[arg(long)]
+        baseline: Option<std::path::PathBuf>,
+        /// With `--only instructions`: measurements of each mode.
+        #[arg(long, default_value_t = 1)]
+        instr_rounds: u32,
     },
     /// The flight recorder, accelerated: `serve --record-dir` at 10 ms on the busy load with a
     /// small budget, killed with SIGKILL twice and restarted; disk use against the budget,
@@ -241,12 +254,18 @@ pub fn run(which: Which) -> Result<()> {
             seconds,
             redis_pairs,
             redis_requests,
-        } => cost::run(&cost::Opts {
-            rounds,
-            seconds,
-            redis_pairs,
-            redis_requests,
-        }),
+            only,
+            baseline,
+            instr_rounds,
+        } => match only {
+            Some(cost::Only::Instructions) => cost::instructions(baseline.as_deref(), instr_rounds),
+            None => cost::run(&cost::Opts {
+                rounds,
+                seconds,
+                redis_pairs,
+                redis_requests,
+            }),
+        },
     }
 }
 

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::{Host, QOS_TOP_SYSCALLS};
 
+use crate::batch::CpuRow;
 use crate::batch::cgroup::{CgroupRow, CgroupStats};
 use crate::batch::servers::ServersStats;
 use crate::batch::wait::{CULPRIT_IDLE, CULPRIT_UNKNOWN, WaitStats};
@@ -64,9 +65,9 @@ fn json_cgroups(rows: &[CgroupRow], interval_ns: u64, k: usize) -> Vec<JsonCgrou
 }
 
 #[derive(Serialize)]
-struct JsonWait {
+struct JsonWait<'a> {
     pid: u32,
-    comm: String,
+    comm: &'a str,
     wait_ns: u64,
     wait_pct: f64,
 }
@@ -124,33 +125,39 @@ fn json_wait_by(m: &Model, rows: Vec<WaitByEntry>) -> Vec<JsonWaitBy> {
 }
 
 #[derive(Serialize)]
-struct JsonIo {
+struct JsonIo<'a> {
     pid: u32,
-    comm: String,
+    comm: &'a str,
     read_bytes: u64,
     write_bytes: u64,
 }
 
 fn comm_of(m: &Model, pid: u32) -> String {
-    m.proc_info(pid).map(|p| p.comm.clone()).unwrap_or_default()
+    name_of(m, pid).to_owned()
 }
 
-fn json_wait(m: &Model, rows: Vec<WaitEntry>) -> Vec<JsonWait> {
+/// A process's name, borrowed from the Model: the line is written at once, so its rows need
+/// no copies of the names.
+fn name_of(m: &Model, pid: u32) -> &str {
+    m.proc_info(pid).map_or("", |p| &p.comm)
+}
+
+fn json_wait(m: &Model, rows: Vec<WaitEntry>) -> Vec<JsonWait<'_>> {
     rows.into_iter()
         .map(|w| JsonWait {
             pid: w.pid,
-            comm: comm_of(m, w.pid),
+            comm: name_of(m, w.pid),
             wait_ns: w.wait_ns,
             wait_pct: r2(w.wait_pct),
         })
         .collect()
 }
 
-fn json_io(m: &Model, rows: Vec<IoEntry>) -> Vec<JsonIo> {
+fn json_io(m: &Model, rows: Vec<IoEntry>) -> Vec<JsonIo<'_>> {
     rows.into_iter()
         .map(|r| JsonIo {
             pid: r.pid,
-            comm: comm_of(m, r.pid),
+            comm: name_of(m, r.pid),
             read_bytes: r.read_bytes,
             write_bytes: r.write_bytes,
         })
@@ -268,22 +275,19 @@ fn json_qos(m: &Model) -> Vec<JsonQos> {
 }
 
 #[derive(Serialize)]
-struct JsonMem {
+struct JsonMem<'a> {
     pid: u32,
-    comm: String,
+    comm: &'a str,
     rss_bytes: u64,
     rss_delta_bytes: i64,
     growth_bytes_per_s: f64,
 }
 
-fn json_mem(m: &Model, rows: Vec<MemEntry>) -> Vec<JsonMem> {
+fn json_mem(m: &Model, rows: Vec<MemEntry>) -> Vec<JsonMem<'_>> {
     rows.into_iter()
         .map(|e| JsonMem {
             pid: e.pid,
-            comm: m
-                .proc_info(e.pid)
-                .map(|p| p.comm.clone())
-                .unwrap_or_default(),
+            comm: name_of(m, e.pid),
             rss_bytes: e.rss_bytes,
             rss_delta_bytes: e.rss_delta_bytes,
             growth_bytes_per_s: e.growth_per_s.round(),
@@ -433,17 +437,17 @@ struct JsonLine<'a> {
     dropped: &'a Dropped,
     cost: &'a SelfCost,
     qos: Vec<JsonQos>,
-    mem: Vec<JsonMem>,
-    mem_growth: Vec<JsonMem>,
+    mem: Vec<JsonMem<'a>>,
+    mem_growth: Vec<JsonMem<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    mem_exact: Option<Vec<JsonMem>>,
+    mem_exact: Option<Vec<JsonMem<'a>>>,
     mem_stats: &'a MemStats,
-    wait: Vec<JsonWait>,
+    wait: Vec<JsonWait<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    wait_exact: Option<Vec<JsonWait>>,
-    io: Vec<JsonIo>,
+    wait_exact: Option<Vec<JsonWait<'a>>>,
+    io: Vec<JsonIo<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    io_exact: Option<Vec<JsonIo>>,
+    io_exact: Option<Vec<JsonIo<'a>>>,
     blocked: Vec<JsonBlocked>,
     wait_by: Vec<JsonWaitBy>,
     wait_stats: &'a WaitStats,
@@ -457,6 +461,41 @@ struct JsonLine<'a> {
     /// Batch mode's own /proc readings for the interval; null where there are none (an
     /// unreadable /proc/stat, or an export: a recording does not keep them).
     host: Option<JsonHost>,
+}
+
+/// A process ranking's rows as `Model::top_cpu` would give them, the names borrowed from the
+/// Model: a `CpuEntry` copies each row's command line, names and bins only for this line.
+fn json_proc_rows<'a>(
+    m: &'a Model,
+    rows: &[CpuRow],
+    interval_ns: u64,
+    k: usize,
+) -> Vec<JsonCpu<'a>> {
+    rows.iter()
+        .take(k)
+        .map(|r| {
+            let info = m.proc_info(r.pid);
+            let off = m.wait.offcpu_of(r.pid);
+            let pct = if interval_ns == 0 {
+                0.0
+            } else {
+                r.ns as f64 * 100.0 / interval_ns as f64
+            };
+            JsonCpu {
+                pid: r.pid,
+                tid: None,
+                cgroup: info.map_or("", |p| &p.cgroup),
+                comm: info.map_or("", |p| &p.comm),
+                cpu_ns: r.ns,
+                cpu_pct: (pct * 100.0).round() / 100.0,
+                wait_ns: m.wait.wait_of(r.pid),
+                io_wait_ns: off.as_ref().map(|o| o.io_ns),
+                blocked_ns: off.as_ref().map(|o| o.blocked_ns),
+                sleep_ns: off.as_ref().map(|o| o.sleep_ns),
+                caused_wait_ns: m.wait.caused_of(r.pid),
+            }
+        })
+        .collect()
 }
 
 fn json_rows(rows: &[CpuEntry]) -> Vec<JsonCpu<'_>> {
@@ -493,9 +532,14 @@ pub fn write_json_host(
 ) -> std::io::Result<()> {
     let Some(b) = m.latest() else { return Ok(()) };
     // With --threads the rows are threads (the Batch says whether it carried them).
-    let (top, exact) = match m.top_threads(k) {
-        Some(t) => (t, m.top_threads_exact(k)),
-        None => (m.top_cpu(k), m.top_cpu_exact(k)),
+    let threads = m.top_threads(k).map(|t| (t, m.top_threads_exact(k)));
+    let n = b.interval_ns();
+    let (cpu, cpu_exact) = match &threads {
+        Some((top, exact)) => (json_rows(top), exact.as_deref().map(json_rows)),
+        None => (
+            json_proc_rows(m, &b.cpu, n, k),
+            b.cpu_exact.as_deref().map(|c| json_proc_rows(m, c, n, k)),
+        ),
     };
     let line = JsonLine {
         t_ms: b.t_ms,
@@ -504,8 +548,8 @@ pub fn write_json_host(
         seq: b.seq,
         ncpus: b.ncpus,
         switches: b.switches,
-        cpu: json_rows(&top),
-        cpu_exact: exact.as_deref().map(json_rows),
+        cpu,
+        cpu_exact,
         exited: b.exits.iter().map(|e| e.pid).collect(),
         dropped: &b.dropped,
         cost: &b.cost,
@@ -540,6 +584,21 @@ pub fn write_json_host(
 mod tests {
     use super::*;
     use crate::frontend::lines::tests::model;
+
+    #[test]
+    fn borrowed_process_rows_are_top_cpus() {
+        let m = model();
+        let b = m.latest().unwrap();
+        for k in [1, 20] {
+            let borrowed = json_proc_rows(&m, &b.cpu, b.interval_ns(), k);
+            let top = m.top_cpu(k);
+            let copied = json_rows(&top);
+            assert_eq!(
+                serde_json::to_string(&borrowed).unwrap(),
+                serde_json::to_string(&copied).unwrap()
+            );
+        }
+    }
 
     #[test]
     fn json_line_follows_the_schema() {

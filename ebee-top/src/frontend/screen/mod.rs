@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::mpsc::{Receiver, Sender};
 
 use anyhow::Context as _;
+use ratatui::buffer::Buffer;
 use ratatui::{Terminal, backend::Backend};
 
 use super::config::Saver;
@@ -63,6 +64,45 @@ impl Inputs {
     }
 }
 
+/// The cells of `next` to send to a terminal showing `prev` (indexes into both, same area),
+/// into `out`: ratatui's `Buffer::diff`, the same cells in the same order. That only asks
+/// whether a symbol is wider than one column, and how wide if so: a single character known
+/// narrow (see [`narrow`]; nearly every cell: text, borders, bars) is taken as 1 without a
+/// Unicode table lookup (a width of 0 or 1 gives the same cells).
+pub(super) fn changed_cells(prev: &Buffer, next: &Buffer, out: &mut Vec<usize>) {
+    fn width(symbol: &str) -> usize {
+        let mut chars = symbol.chars();
+        match (chars.next(), chars.next()) {
+            (Some(c), None) if narrow(c) => 1,
+            _ => ratatui::text::Span::raw(symbol).width(),
+        }
+    }
+    out.clear();
+    // Cells invalidated by drawing or replacing a preceding wide character, and cells of
+    // `next` to skip because a preceding wide character covers them.
+    let (mut invalidated, mut to_skip) = (0usize, 0usize);
+    for (i, (cur, old)) in next.content.iter().zip(&prev.content).enumerate() {
+        let same = cur == old;
+        if !cur.skip && (!same || invalidated > 0) && to_skip == 0 {
+            out.push(i);
+        }
+        // An unchanged cell (most of them) has one symbol to measure.
+        let w_cur = width(cur.symbol());
+        let w_old = if same { w_cur } else { width(old.symbol()) };
+        to_skip = w_cur.saturating_sub(1);
+        invalidated = w_cur.max(w_old).max(invalidated).saturating_sub(1);
+    }
+}
+
+/// Characters no wider than one column alone (a test checks each against ratatui's width):
+/// below U+1100 (where the first wide characters are), box drawing, block elements and
+/// braille (the screen's borders, bars and graphs).
+pub(super) fn narrow(c: char) -> bool {
+    c < '\u{1100}'
+        || ('\u{2500}'..='\u{259f}').contains(&c)
+        || ('\u{2800}'..='\u{28ff}').contains(&c)
+}
+
 fn no_save() -> Saver {
     Box::new(|_| Err("not saved: no settings file".into()))
 }
@@ -70,6 +110,11 @@ fn no_save() -> Saver {
 /// The App on a terminal.
 pub struct Screen<B: Backend> {
     terminal: Terminal<B>,
+    /// What the terminal shows: the last frame drawn (see [`Screen::draw`]).
+    shown: Buffer,
+    /// The cells of the frame being drawn that differ from `shown` (indexes), kept between
+    /// frames.
+    changed: Vec<usize>,
     app: App,
     theme: Theme,
     inputs: Inputs,
@@ -77,6 +122,8 @@ pub struct Screen<B: Backend> {
     latency: Latency,
     /// The interval the source was last told (the setup screen changes `App::interval`).
     interval: std::time::Duration,
+    /// Intervals still to draw before the screen closes (`-n`, as top's); None: no end.
+    intervals_left: Option<u64>,
 }
 
 impl<B: Backend> Screen<B> {
@@ -88,12 +135,21 @@ impl<B: Backend> Screen<B> {
         let interval = app.interval;
         Self {
             terminal,
+            shown: Buffer::empty(ratatui::layout::Rect::ZERO),
+            changed: Vec::new(),
             app,
             theme,
             inputs,
             latency: Latency::new(),
             interval,
+            intervals_left: None,
         }
+    }
+
+    /// Close after `n` intervals' frames (`-n`, as top's): the same intervals in a script or
+    /// a benchmark, however fast they come.
+    pub fn stop_after(&mut self, n: Option<u64>) {
+        self.intervals_left = n;
     }
 
     pub fn app(&self) -> &App {
@@ -105,11 +161,35 @@ impl<B: Backend> Screen<B> {
     }
 
     /// Draw the App as it is (only the cells that changed reach the terminal).
+    ///
+    /// What ratatui's `Terminal::draw` does, step by step, but with the frame compared with the
+    /// last one by [`changed_cells`]: ratatui's own comparison measured the Unicode width of
+    /// every cell's symbol three times, a quarter of the screen's instructions.
     pub fn draw(&mut self) -> anyhow::Result<()> {
         let (app, theme) = (&self.app, &self.theme);
-        self.terminal
-            .draw(|f| crate::view::render(app, theme, f))
-            .context("drawing")?;
+        // A new size clears the terminal (and ratatui's buffers).
+        self.terminal.autoresize().context("drawing")?;
+        // The buffer drawn into holds the frame before last (swapped below): start blank, as
+        // ratatui's swap_buffers leaves it.
+        self.terminal.current_buffer_mut().reset();
+        let mut frame = self.terminal.get_frame();
+        crate::view::render(app, theme, &mut frame);
+        let next = self.terminal.current_buffer_mut();
+        if self.shown.area != next.area {
+            // The first frame, or the terminal was resized and cleared: nothing is shown.
+            self.shown = Buffer::empty(next.area);
+        }
+        changed_cells(&self.shown, next, &mut self.changed);
+        std::mem::swap(&mut self.shown, next);
+        let shown = &self.shown;
+        let updates = self.changed.iter().map(|&i| {
+            let (x, y) = shown.pos_of(i);
+            (x, y, &shown.content[i])
+        });
+        let backend = self.terminal.backend_mut();
+        backend.draw(updates).context("drawing")?;
+        self.terminal.hide_cursor().context("drawing")?;
+        self.terminal.backend_mut().flush().context("drawing")?;
         Ok(())
     }
 
@@ -159,6 +239,12 @@ impl<B: Backend> Screen<B> {
         if let Some(end) = interval_end {
             // `draw` has flushed the changed cells to the terminal.
             self.latency.shown(end, (self.inputs.clock)());
+            if let Some(left) = &mut self.intervals_left {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    return Ok(false);
+                }
+            }
         }
         Ok(true)
     }
@@ -182,8 +268,8 @@ impl<B: Backend> Screen<B> {
 /// Run the screen on the real terminal: signals and input become messages on `tx`, the
 /// terminal is restored before this returns, and with `latency_report` (live only: replayed
 /// intervals ended long ago) how late each interval's frame was is written there on the way
-/// out. With `mouse`, clicks and the wheel reach the App. The App's error, if it quit on one,
-/// is the result.
+/// out. With `mouse`, clicks and the wheel reach the App. With `iterations`, it closes after
+/// that many intervals (`-n`). The App's error, if it quit on one, is the result.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     app: App,
@@ -192,12 +278,14 @@ pub fn run(
     (tx, rx): (Sender<Msg>, Receiver<Msg>),
     latency_report: Option<&Path>,
     mouse: bool,
+    iterations: Option<u64>,
     on_effect: impl FnMut(Effect),
 ) -> anyhow::Result<()> {
     terminal::spawn_signals(tx.clone())?;
     let (guard, term) = terminal::Guard::enter(mouse).context("setting up the terminal")?;
     terminal::spawn_input(tx)?;
     let mut screen = Screen::new(term, app, theme, inputs);
+    screen.stop_after(iterations);
     let r = screen.run(&rx, on_effect);
     drop(guard);
     r?;

@@ -125,6 +125,24 @@ fn rows(h: &Harness) -> Vec<u32> {
 }
 
 #[test]
+fn iterations_close_the_screen_after_that_many_intervals() {
+    let mut h = Harness::new(app(), 100, 30);
+    h.screen.stop_after(Some(3));
+    three(&mut h, 1, 2);
+    // Keys and other news are not intervals.
+    assert!(h.key(KeyCode::Down));
+    let b = batch(
+        3,
+        &[(4242, [10 * MS; 5])],
+        &[proc(4242, "cruncher", "cruncher")],
+    );
+    assert!(
+        !h.send(Msg::Batch(Box::new(b))),
+        "the third interval closes it"
+    );
+}
+
+#[test]
 fn filter_narrows_the_table_and_esc_clears_it() {
     let mut h = Harness::new(app(), 100, 30);
     three(&mut h, 1, 20);
@@ -380,4 +398,57 @@ fn setup_changes_are_saved_and_the_mouse_is_placed_by_the_layout() {
             .unwrap()
             .starts_with('>')
     );
+}
+
+/// `changed_cells` picks exactly the cells ratatui's own `Buffer::diff` does, wide characters,
+/// skipped cells and control characters included.
+#[test]
+fn changed_cells_are_ratatuis_diff() {
+    use ratatui::buffer::Buffer;
+    use ratatui::layout::Rect;
+    use ratatui::style::{Color, Style};
+    let area = Rect::new(0, 0, 12, 4);
+    let lines: [&[&str]; 4] = [
+        &["cruncher 12%", "cruncher 13%", "日本語 wide", "a日b"],
+        &["日本 語", "日 本語", "plain", "é accent"],
+        &["\u{7}bell", "😀 smile", "tab\tx", "──│▇⣿"],
+        &["", "x", "日", "end of it all"],
+    ];
+    let mut frames = Vec::new();
+    for v in 0..4 {
+        let mut b = Buffer::empty(area);
+        for (y, row) in lines.iter().enumerate() {
+            let style = Style::default().fg(if v == 2 { Color::Red } else { Color::Reset });
+            b.set_string(0, y as u16, row[(v + y) % row.len()], style);
+        }
+        if v == 3 {
+            b[(5, 1)].skip = true;
+        }
+        frames.push(b);
+    }
+    frames.push(Buffer::empty(area));
+    let mut out = Vec::new();
+    for prev in &frames {
+        for next in &frames {
+            super::changed_cells(prev, next, &mut out);
+            let want: Vec<usize> = prev
+                .diff(next)
+                .iter()
+                .map(|&(x, y, _)| next.index_of(x, y))
+                .collect();
+            assert_eq!(out, want);
+        }
+    }
+}
+
+#[test]
+fn characters_taken_as_narrow_are_no_wider_than_one_column() {
+    let ranges = [0..0x1100u32, 0x2500..0x25a0, 0x2800..0x2900];
+    for c in ranges.into_iter().flatten().filter_map(char::from_u32) {
+        assert!(super::narrow(c));
+        let w = ratatui::text::Span::raw(c.to_string()).width();
+        assert!(w <= 1, "{c:?} is {w} wide");
+    }
+    assert!(!super::narrow('日'));
+    assert!(!super::narrow('😀'));
 }

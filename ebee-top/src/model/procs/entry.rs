@@ -68,6 +68,21 @@ pub struct ProcEntry {
 }
 
 impl ProcEntry {
+    /// A default entry that keeps this one's name buffers (emptied) for reuse.
+    pub(super) fn recycled(mut self) -> Self {
+        let keep = |s: &mut String| {
+            let mut s = std::mem::take(s);
+            s.clear();
+            s
+        };
+        Self {
+            comm: keep(&mut self.comm),
+            cmdline: keep(&mut self.cmdline),
+            cgroup: keep(&mut self.cgroup),
+            ..Self::default()
+        }
+    }
+
     pub fn exited(&self) -> bool {
         self.exited_ns.is_some()
     }
@@ -191,11 +206,13 @@ impl ProcTable {
         };
         self.current.insert(p.pid, key);
         if let hash_map::Entry::Vacant(v) = self.entries.entry(key) {
-            v.insert(ProcEntry {
-                key,
-                tgid: p.pid,
-                ..Default::default()
-            });
+            let mut e = self
+                .spare
+                .pop()
+                .map_or_else(ProcEntry::default, ProcEntry::recycled);
+            e.key = key;
+            e.tgid = p.pid;
+            v.insert(e);
             self.fresh.push(key);
         }
         let Some(e) = self.entries.get_mut(&key) else {

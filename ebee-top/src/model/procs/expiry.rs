@@ -85,7 +85,10 @@ impl ProcTable {
                 check.push(k);
                 continue;
             }
-            o.remove();
+            let gone = o.remove();
+            if self.spare.len() < super::SPARE_MAX {
+                self.spare.push(gone);
+            }
             if let hash_map::Entry::Occupied(c) = self.current.entry(k.pid)
                 && *c.get() == k
             {

@@ -582,3 +582,21 @@ proptest::proptest! {
         proptest::prop_assert_eq!(b.window_sum(first, now), b.sum(first, now));
     }
 }
+
+#[test]
+fn a_recycled_entry_is_a_default_one_keeping_its_buffers() {
+    let e = ProcEntry {
+        comm: "cruncher".into(),
+        cmdline: "/usr/local/bin/cruncher --threads 1".into(),
+        cgroup: "/system.slice/cruncher.service".into(),
+        uid: Some(1000),
+        kthread: true,
+        total_ns: 5,
+        exited_ns: Some(7),
+        ..Default::default()
+    };
+    let cap = e.cmdline.capacity();
+    let r = e.recycled();
+    assert_eq!(r, ProcEntry::default());
+    assert!(r.cmdline.capacity() >= cap);
+}

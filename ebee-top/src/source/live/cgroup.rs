@@ -2,9 +2,12 @@
 //! each process's cgroup, cgroup memory (read at most once a second per cgroup), removed
 //! cgroups noticed, and thread names.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::time::{Duration, Instant};
+
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _};
 
 use crate::batch::ProcInfo;
 use crate::batch::cgroup::{CgroupRow, CgroupStats, ThreadRow};

@@ -3,7 +3,9 @@
 //! after attaching), which gives RES and its growth per interval, also for processes whose
 //! memory did not change. Pure: readings and exits in, Batch rows out.
 
-use std::collections::HashMap;
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _};
 
 use crate::batch::MemRow;
 use crate::model::rank::Ranked;
@@ -89,20 +91,19 @@ impl MemTable {
     /// Batch rows: every process that changed plus the `n` largest, largest first, so a
     /// consumer that sees only this batch still ranks the top `n` right.
     pub fn rows(&self, changes: &[MemChange], n: usize) -> Vec<MemRow> {
-        let mut by: HashMap<u32, MemRow> = self
-            .top(n)
-            .into_iter()
-            .map(|(pid, rss_bytes)| {
-                (
+        // Sized for every row up front: grown from empty, it was rehashed several times an
+        // interval.
+        let mut by: HashMap<u32, MemRow> = HashMap::with_capacity(n + changes.len());
+        by.extend(self.top(n).into_iter().map(|(pid, rss_bytes)| {
+            (
+                pid,
+                MemRow {
                     pid,
-                    MemRow {
-                        pid,
-                        rss_bytes,
-                        rss_delta_bytes: 0,
-                    },
-                )
-            })
-            .collect();
+                    rss_bytes,
+                    rss_delta_bytes: 0,
+                },
+            )
+        }));
         for c in changes {
             // A process that changed and then exited in the same interval is gone.
             if self.rss.contains(c.pid) {

@@ -10,11 +10,13 @@ mod qos;
 mod servers;
 mod wait;
 
-use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use ebee_shared::lifecycle::{EVENT_EXEC, EVENT_EXIT};
+// foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
+// flood an attacker can aim, and its RandomState is still seeded per process.
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 
 use super::Source;
 use crate::batch::{Batch, CpuRow, Dropped, Exit, MEM_TOP_ROWS, MemStats};
@@ -102,7 +104,9 @@ impl Live {
         procs: &[crate::batch::ProcInfo],
         t_ms: u64,
     ) -> Vec<crate::batch::ProcInfo> {
-        let mut seen: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+        // Sized for the rows and as many ancestors up front, not rehashed as it grows.
+        let mut seen: HashSet<u32> = HashSet::with_capacity(2 * procs.len());
+        seen.extend(procs.iter().map(|p| p.pid));
         let mut out = Vec::new();
         for pid in self.procs.take_reparented() {
             if seen.insert(pid) {
@@ -214,7 +218,7 @@ impl Source for Live {
             .as_ref()
             .map(|t| self.cg.threads(t, nbins));
         let threads_exact = raw.cgroups.threads_exact.as_ref().map(|e| {
-            let pid_of: std::collections::HashMap<u32, u32> = raw
+            let pid_of: HashMap<u32, u32> = raw
                 .cgroups
                 .threads
                 .iter()
