@@ -406,7 +406,8 @@ fn cgroups_and_threads_keys_on_the_real_screen() {
             .stdout(std::process::Stdio::null()),
     )
     .unwrap();
-    let t = Tmux::start("cg", 140, 40, "-d 0.05");
+    // Wide enough for every automatic column and the whole THREAD header.
+    let t = Tmux::start("cg", 160, 40, "-d 0.05");
     // The first Batches have come when the load's rows are up.
     t.started("the table with the load", |s| {
         s.contains("ebee-load thread")
@@ -820,14 +821,15 @@ fn settings_chosen_in_f2_survive_a_restart() {
     t.wait("the setup screen", |s| {
         s.contains("setup (F2)") && s.contains("[ ] NI")
     });
-    // NI is the first column not shown, after the eleven of the automatic layout.
-    for _ in 0..11 {
+    // NI is the first column not shown, after the twelve of the automatic layout.
+    for _ in 0..12 {
         t.keys(&["Down"]);
     }
     t.keys(&["Space"]);
     t.wait("NI shown", |s| s.contains("[x] NI"));
-    // The cursor stays on NI (now the eleventh line); the sort is six lines further down.
-    for _ in 0..7 {
+    // The cursor stays on NI (now the twelfth line); the sort is eight lines further down
+    // (the thirteenth shown column, then the six not shown).
+    for _ in 0..8 {
         t.keys(&["Down"]);
     }
     t.keys(&["Right"]);
