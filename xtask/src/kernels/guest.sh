@@ -91,6 +91,16 @@ if wait_for $R/batch.json '"seq":2' 600; then
         D=$!
         exec 6> /tmp/disk.in
         echo $D > $R/disk_pid
+        # Only once it waits for the line (exec'd, and asleep reading it): a thread's
+        # counters count from its first switch-out, so a writer that wrote before it ever
+        # left a CPU would show less than /proc/PID/io says.
+        i=0
+        while [ $i -lt 100 ]; do
+            grep -q disk /proc/$D/cmdline 2>/dev/null \
+                && [ "$(cut -d' ' -f3 /proc/$D/stat 2>/dev/null)" = S ] && break
+            sleep 0.1
+            i=$((i + 1))
+        done
         echo go >&6
         wait_for /tmp/disk.out done 600
         cat /proc/$D/io > $R/disk_io
