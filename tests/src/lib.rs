@@ -44,6 +44,20 @@ pub fn pin_to_cpu(cpu: usize) {
     }
 }
 
+/// `ebee-load ARGS` pinned to `cpu` (taskset) at niceness `nice`; panics when it cannot start
+/// (a test helper: a failed start is a failed test).
+#[allow(clippy::expect_used)]
+pub fn ebee_load_on(cpu: usize, nice: i32, args: &[&str]) -> Proc {
+    let c = Command::new("taskset")
+        .args(["-c", &cpu.to_string(), "nice", "-n", &nice.to_string()])
+        .arg(bin("ebee-load"))
+        .args(args)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("taskset and nice (util-linux, coreutils)");
+    Proc(c)
+}
+
 /// A child process killed and reaped when dropped.
 pub struct Proc(pub Child);
 

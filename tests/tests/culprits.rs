@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ebee_tests::{Proc, bin, privileged, schedstat_wait_ns};
+use ebee_tests::{Proc, privileged, schedstat_wait_ns};
 use ebee_top::probes::wait::PairCharge;
 use ebee_top::probes::{ProbeConfig, Probes, RawInterval};
 
@@ -27,14 +27,7 @@ fn probes() -> Probes {
 
 /// `ebee-load` on CPU 1 at niceness `nice`.
 fn on_cpu1(nice: i32, args: &[&str]) -> Proc {
-    let c = Command::new("taskset")
-        .args(["-c", "1", "nice", "-n", &nice.to_string()])
-        .arg(bin("ebee-load"))
-        .args(args)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("taskset and nice (util-linux, coreutils)");
-    Proc(c)
+    ebee_tests::ebee_load_on(1, nice, args)
 }
 
 /// A process that wakes every 4 ms and runs 0.4 ms of it.
@@ -226,15 +219,7 @@ fn a_hog_on_another_cpu_is_never_blamed() {
     if !privileged("a_hog_on_another_cpu_is_never_blamed") {
         return;
     }
-    let hog = Proc(
-        Command::new("taskset")
-            .args(["-c", "0"])
-            .arg(bin("ebee-load"))
-            .args(["burn", "--duty", "1.0", "--seconds", "20"])
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("taskset"),
-    );
+    let hog = ebee_tests::ebee_load_on(0, 0, &["burn", "--duty", "1.0", "--seconds", "20"]);
     let v = victim();
     let mut p = probes();
     std::thread::sleep(Duration::from_millis(300));

@@ -42,14 +42,7 @@ fn io_of(raw: &RawInterval, pid: u32) -> (u64, u64) {
 
 /// `ebee-load` on CPU 1 at niceness `nice`.
 fn on_cpu1(nice: i32, args: &[&str]) -> Proc {
-    let c = Command::new("taskset")
-        .args(["-c", "1", "nice", "-n", &nice.to_string()])
-        .arg(bin("ebee-load"))
-        .args(args)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("taskset and nice (util-linux, coreutils)");
-    Proc(c)
+    ebee_tests::ebee_load_on(1, nice, args)
 }
 
 fn within(ours: u64, truth: u64, tol: f64) -> bool {
