@@ -1,6 +1,8 @@
 //! Cgroups as the screen shows them: each cgroup the kernel charged, with its CPU% and WAIT%
 //! over the last second and the memory it reports, kept a minute after its last charge and a
 //! few seconds after its directory was found gone (marked removed), like an exited process.
+//! Also which cgroup holds which waiting for a CPU: the interval's (victim, culprit) process
+//! pairs summed by both processes' cgroups.
 
 use std::collections::VecDeque;
 
@@ -9,6 +11,7 @@ use std::collections::VecDeque;
 use foldhash::HashMap;
 
 use crate::batch::Batch;
+use crate::batch::wait::{CULPRIT_IDLE, CULPRIT_UNKNOWN};
 
 /// The span CPU% and WAIT% average over (as the process table's).
 pub const SPAN_NS: u64 = 1_000_000_000;
@@ -43,12 +46,33 @@ pub struct CgroupView {
     pub last_cpu_ns: u64,
     pub rss_bytes: Option<u64>,
     pub removed: bool,
+    /// Share of the last second other cgroups' processes waited for a CPU while this one's
+    /// ran on it (100 = one thread waiting all the time).
+    pub hold_pct: f64,
+    /// The cgroups its processes waited behind over the last second (its own included),
+    /// heaviest first, with the wait each caused in ns.
+    pub behind: Vec<(String, u64)>,
+}
+
+/// Run-queue wait of a cgroup's processes while a process of `culprit` ran on their CPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CgroupWaitBy {
+    pub cgroup: String,
+    pub culprit: String,
+    pub wait_ns: u64,
 }
 
 /// The cgroups the kernel charged lately.
 #[derive(Clone, Debug, Default)]
 pub struct CgroupsModel {
     entries: HashMap<u64, CgEntry>,
+    /// (victim cgroup, culprit cgroup) -> (end_ns, wait ns) of the intervals of the last span
+    /// that charged the pair.
+    pairs: HashMap<(String, String), VecDeque<(u64, u64)>>,
+    /// The last interval's pairs, heaviest first.
+    last_pairs: Vec<CgroupWaitBy>,
+    /// The last Batch measured the culprits of waits (HOLD% and BEHIND are meaningful).
+    pub culprits: bool,
     now_ns: u64,
     /// The last Batch followed a hierarchy.
     pub available: bool,
@@ -102,8 +126,87 @@ impl CgroupsModel {
         });
     }
 
+    /// Fold the interval's (victim, culprit) process pairs in by cgroup, `cgroup_of` giving a
+    /// process's cgroup path. Only the pairs the Batch keeps (the heaviest 50) are summed;
+    /// wakeup latency and unattributed wait have no culprit cgroup, and a process whose cgroup
+    /// is unknown is left out.
+    pub fn ingest_pairs<'a>(&mut self, b: &Batch, cgroup_of: impl Fn(u32) -> Option<&'a str>) {
+        self.culprits = b.wait_stats.offcpu_available;
+        self.last_pairs.clear();
+        for r in &b.wait_by {
+            if r.culprit == CULPRIT_IDLE || r.culprit == CULPRIT_UNKNOWN {
+                continue;
+            }
+            let (Some(v), Some(c)) = (cgroup_of(r.pid), cgroup_of(r.culprit)) else {
+                continue;
+            };
+            if v.is_empty() || c.is_empty() {
+                continue;
+            }
+            // At most 50 pairs: a walk beats a map.
+            match self
+                .last_pairs
+                .iter_mut()
+                .find(|p| p.cgroup == v && p.culprit == c)
+            {
+                Some(p) => p.wait_ns += r.ns,
+                None => self.last_pairs.push(CgroupWaitBy {
+                    cgroup: v.to_owned(),
+                    culprit: c.to_owned(),
+                    wait_ns: r.ns,
+                }),
+            }
+        }
+        self.last_pairs.sort_by(|a, b| {
+            b.wait_ns
+                .cmp(&a.wait_ns)
+                .then_with(|| a.cgroup.cmp(&b.cgroup))
+                .then_with(|| a.culprit.cmp(&b.culprit))
+        });
+        let now = b.end_ns;
+        for p in &self.last_pairs {
+            match self.pairs.get_mut(&(p.cgroup.clone(), p.culprit.clone())) {
+                Some(q) => q.push_back((now, p.wait_ns)),
+                None => {
+                    self.pairs.insert(
+                        (p.cgroup.clone(), p.culprit.clone()),
+                        VecDeque::from([(now, p.wait_ns)]),
+                    );
+                }
+            }
+        }
+        self.pairs.retain(|_, q| {
+            while q
+                .front()
+                .is_some_and(|(t, _)| now.saturating_sub(*t) >= SPAN_NS)
+            {
+                q.pop_front();
+            }
+            !q.is_empty()
+        });
+    }
+
+    /// The `k` heaviest cgroup pairs of the last interval.
+    pub fn top_wait_by(&self, k: usize) -> &[CgroupWaitBy] {
+        &self.last_pairs[..k.min(self.last_pairs.len())]
+    }
+
     /// Every cgroup kept, heaviest by CPU% first (then WAIT%, then path).
     pub fn view(&self) -> Vec<CgroupView> {
+        // One walk over the pairs of the last second: what each cgroup caused others, and
+        // whom each waited behind.
+        let mut held: HashMap<&str, u64> = HashMap::default();
+        let mut behind: HashMap<&str, Vec<(String, u64)>> = HashMap::default();
+        for ((v, c), q) in &self.pairs {
+            let ns: u64 = q.iter().map(|x| x.1).sum();
+            if v != c {
+                *held.entry(c.as_str()).or_default() += ns;
+            }
+            behind.entry(v.as_str()).or_default().push((c.clone(), ns));
+        }
+        for b in behind.values_mut() {
+            b.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+        }
         let mut v: Vec<CgroupView> = self
             .entries
             .iter()
@@ -112,7 +215,10 @@ impl CgroupsModel {
                     .recent
                     .iter()
                     .fold((0u64, 0u64), |(c, w), (_, a, b)| (c + a, w + b));
+                let held = held.get(e.path.as_str()).copied().unwrap_or(0);
                 CgroupView {
+                    hold_pct: held as f64 * 100.0 / SPAN_NS as f64,
+                    behind: behind.remove(e.path.as_str()).unwrap_or_default(),
                     id: *id,
                     path: e.path.clone(),
                     cpu_pct: cpu as f64 * 100.0 / SPAN_NS as f64,
@@ -162,6 +268,7 @@ pub fn short_name(path: &str) -> String {
 mod tests {
     use super::*;
     use crate::batch::Batch;
+    use crate::batch::wait::{CULPRIT_IDLE, CULPRIT_UNKNOWN};
 
     fn batch(seq: u64, rows: &[(u64, &str, u64)]) -> Batch {
         let mut b = Batch::build(seq, seq * 100_000_000, 100_000_000);
@@ -211,6 +318,93 @@ mod tests {
         assert_eq!(m.view().len(), 1, "kept 5 s");
         m.ingest(&batch(52, &[]));
         assert!(m.view().is_empty());
+    }
+
+    #[test]
+    fn pairs_are_summed_by_cgroup_over_the_last_second() {
+        use crate::batch::wait::WaitByRow;
+        let cg = |pid: u32| match pid {
+            1 | 2 => Some("/web.service"),
+            3 => Some("/batch.slice"),
+            4 => Some(""),
+            _ => None,
+        };
+        let mut m = CgroupsModel::default();
+        let pairs = |seq| {
+            let mut b = batch(
+                seq,
+                &[(5, "/web.service", 1_000), (6, "/batch.slice", 90_000_000)],
+            );
+            b.wait_stats.offcpu_available = true;
+            b.wait_by = [
+                (1, 3, 30_000_000),
+                (2, 3, 10_000_000),
+                (1, 2, 5_000_000),
+                (3, 1, 1_000_000),
+                (1, CULPRIT_IDLE, 7_000_000),
+                (1, CULPRIT_UNKNOWN, 7_000_000),
+                (1, 4, 9_000_000),
+                (1, 77, 9_000_000),
+            ]
+            .iter()
+            .map(|&(pid, culprit, ns)| WaitByRow { pid, culprit, ns })
+            .collect();
+            b
+        };
+        for seq in 1..=20 {
+            let b = pairs(seq);
+            m.ingest(&b);
+            m.ingest_pairs(&b, cg);
+        }
+        assert!(m.culprits);
+        assert_eq!(
+            m.top_wait_by(2),
+            [
+                CgroupWaitBy {
+                    cgroup: "/web.service".into(),
+                    culprit: "/batch.slice".into(),
+                    wait_ns: 40_000_000
+                },
+                CgroupWaitBy {
+                    cgroup: "/web.service".into(),
+                    culprit: "/web.service".into(),
+                    wait_ns: 5_000_000
+                },
+            ]
+        );
+        assert_eq!(
+            m.top_wait_by(9).len(),
+            3,
+            "idle, unknown and unknown cgroups left out"
+        );
+        let v = m.view();
+        let web = v.iter().find(|c| c.path == "/web.service").unwrap();
+        let bs = v.iter().find(|c| c.path == "/batch.slice").unwrap();
+        // 10 intervals of 100 ms in the last second.
+        assert!((bs.hold_pct - 40.0).abs() < 1e-9, "{}", bs.hold_pct);
+        assert!(
+            (web.hold_pct - 1.0).abs() < 1e-9,
+            "its own waits not counted"
+        );
+        assert_eq!(
+            web.behind,
+            [
+                ("/batch.slice".to_owned(), 400_000_000),
+                ("/web.service".to_owned(), 50_000_000)
+            ]
+        );
+        // A second with no pairs empties the window.
+        for seq in 21..=31 {
+            let b = batch(seq, &[]);
+            m.ingest(&b);
+            m.ingest_pairs(&b, cg);
+        }
+        assert!(m.top_wait_by(5).is_empty());
+        assert!(
+            m.view()
+                .iter()
+                .all(|c| c.hold_pct == 0.0 && c.behind.is_empty())
+        );
     }
 
     #[test]

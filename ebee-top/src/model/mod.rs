@@ -161,6 +161,9 @@ impl Model {
         self.wait.ingest(b);
         self.servers.ingest(b);
         self.cgroups.ingest(b);
+        let procs = &self.procs;
+        self.cgroups
+            .ingest_pairs(b, |pid| procs.get(&pid).map(|p| p.cgroup.as_str()));
         self.table.ingest(b);
         self.lineage.ingest(b);
         self.ingest_threads(b);

@@ -114,6 +114,12 @@ pub fn render(app: &App, t: &Theme, pid: u32, f: &mut Frame, area: Rect) {
             v.window.runq_waits
         )));
     }
+    // Whom those waits were behind, over the last second.
+    if let Some(who) = m.wait.culprits_of(pid).filter(|c| c.total_ns() > 0) {
+        lines.push(Line::from(crate::view::overlay::culprits_line(
+            m, pid, &who,
+        )));
+    }
     let h = m.qos.history(pid);
     let n = w.saturating_sub(7);
     let mut sparks: Vec<(&str, Vec<f64>)> = Vec::new();

@@ -477,15 +477,27 @@ fn pressure_in_the_header_when_it_fits() {
     assert!(!narrow.contains("psi"), "{narrow}");
 }
 
-/// A pinned process whose threads wait for a CPU: the QoS pane says how long, each time.
+/// A pinned process whose threads wait for a CPU: the QoS pane says how long, each time, and
+/// behind whom.
 #[test]
 fn the_qos_pane_shows_run_queue_waits() {
+    use crate::batch::wait::CULPRIT_IDLE;
     let mut a = app();
     let srv = proc(812, "redis-server", "/usr/bin/redis-server 127.0.0.1:6379");
+    let hog = proc(900, "ffmpeg", "ffmpeg -i in.mkv out.mp4");
     a.model.table.pin_pid(812);
     for seq in 1..=20 {
-        let mut b = batch(seq, &[(812, [MS; 5])], std::slice::from_ref(&srv));
+        let mut b = batch(
+            seq,
+            &[(812, [MS; 5]), (900, [9 * MS; 5])],
+            &[srv.clone(), hog.clone()],
+        );
         b.pinned = vec![812];
+        b.wait_stats.offcpu_available = true;
+        b.wait_by = [(812, 900, 3 * MS), (812, CULPRIT_IDLE, MS)]
+            .iter()
+            .map(|&(pid, culprit, ns)| crate::batch::wait::WaitByRow { pid, culprit, ns })
+            .collect();
         let mut s = qos_sample(812, false);
         // 90 waits of about 20 us and 10 of about 2 ms per interval.
         s.runq = crate::batch::qos::RunqSample {
@@ -512,6 +524,11 @@ fn the_qos_pane_shows_run_queue_waits() {
         "{t}"
     );
     assert!(line.contains("(2000 waits)"), "{t}");
+    let line = t
+        .lines()
+        .find(|l| l.contains("waits behind"))
+        .unwrap_or_default();
+    assert!(line.contains("ffmpeg 75%, wakeup latency 25%"), "{t}");
 }
 
 /// Two servers (a fast busy one and a slow quiet one) and a client that only talks: the
@@ -668,6 +685,12 @@ fn cgroups_view_and_column() {
         .collect();
         b.cgroup_stats.available = true;
         b.cgroup_stats.hierarchy = "v2".into();
+        // postgres waited behind java (another cgroup) and behind its own threads.
+        b.wait_stats.offcpu_available = true;
+        b.wait_by = [(600, 601, 4 * MS), (600, 600, MS), (602, 601, MS)]
+            .iter()
+            .map(|&(pid, culprit, ns)| crate::batch::wait::WaitByRow { pid, culprit, ns })
+            .collect();
         if seq == 20 {
             b.cgroups.retain(|c| c.id != 23);
             b.cgroups_removed = vec![23];
@@ -686,8 +709,21 @@ fn cgroups_view_and_column() {
     assert!(t.contains("CGROUPS (3, v2"), "{t}");
     let rows: Vec<String> = a.cgroup_rows().iter().map(|g| g.path.clone()).collect();
     assert_eq!(rows[0], docker, "busiest first");
-    assert!(line(&t, "session-4.scope").contains("(removed)"), "{t}");
+    assert!(line(&t, "session-4").contains("(removed)"), "{t}");
     insta::assert_snapshot!("cgroups_table_80x24", t);
+    // Wide enough: whom each cgroup waited behind.
+    let t = text(&a, 120, 24);
+    assert!(t.contains("WAITS BEHIND"), "{t}");
+    assert!(
+        line(&t, "postgresql.service").contains("4f3a5c0d2b1e 80%, itself 20%"),
+        "{t}"
+    );
+    assert!(
+        line(&t, "session-4.scope").contains("4f3a5c0d2b1e 100%"),
+        "{t}"
+    );
+    let docker_row = a.cgroup_rows()[0].clone();
+    assert!(docker_row.hold_pct > 0.0, "{docker_row:?}");
     // Enter on the second row: the process table, filtered to postgres's cgroup.
     key(&mut a, KeyCode::Down);
     key(&mut a, KeyCode::Enter);

@@ -73,9 +73,9 @@ struct JsonWait<'a> {
 }
 
 #[derive(Serialize)]
-struct JsonBlocked {
+struct JsonBlocked<'a> {
     pid: u32,
-    comm: String,
+    comm: &'a str,
     io_wait_ns: u64,
     blocked_ns: u64,
     sleep_ns: u64,
@@ -83,11 +83,11 @@ struct JsonBlocked {
     blocked_pct: f64,
 }
 
-fn json_blocked(m: &Model, rows: Vec<BlockedEntry>) -> Vec<JsonBlocked> {
+fn json_blocked(m: &Model, rows: Vec<BlockedEntry>) -> Vec<JsonBlocked<'_>> {
     rows.into_iter()
         .map(|r| JsonBlocked {
             pid: r.pid,
-            comm: comm_of(m, r.pid),
+            comm: name_of(m, r.pid),
             io_wait_ns: r.io_ns,
             blocked_ns: r.blocked_ns,
             sleep_ns: r.sleep_ns,
@@ -100,28 +100,37 @@ fn json_blocked(m: &Model, rows: Vec<BlockedEntry>) -> Vec<JsonBlocked> {
 /// A (victim, culprit) pair; `culprit_pid` 0 is the idle CPU (wakeup latency, `culprit_comm`
 /// "(idle)"), 4294967295 what nothing on the CPU explains ("(unattributed)").
 #[derive(Serialize)]
-struct JsonWaitBy {
+struct JsonWaitBy<'a> {
     pid: u32,
-    comm: String,
+    comm: &'a str,
     culprit_pid: u32,
-    culprit_comm: String,
+    culprit_comm: &'a str,
     wait_ns: u64,
 }
 
-fn json_wait_by(m: &Model, rows: Vec<WaitByEntry>) -> Vec<JsonWaitBy> {
+fn json_wait_by(m: &Model, rows: Vec<WaitByEntry>) -> Vec<JsonWaitBy<'_>> {
     rows.into_iter()
         .map(|r| JsonWaitBy {
             pid: r.pid,
-            comm: comm_of(m, r.pid),
+            comm: name_of(m, r.pid),
             culprit_pid: r.culprit,
             culprit_comm: match r.culprit {
-                CULPRIT_IDLE => "(idle)".into(),
-                CULPRIT_UNKNOWN => "(unattributed)".into(),
-                c => comm_of(m, c),
+                CULPRIT_IDLE => "(idle)",
+                CULPRIT_UNKNOWN => "(unattributed)",
+                c => name_of(m, c),
             },
             wait_ns: r.wait_ns,
         })
         .collect()
+}
+
+/// A (victim cgroup, culprit cgroup) pair: the `wait_by` pairs summed by both processes'
+/// cgroups.
+#[derive(Serialize)]
+struct JsonCgroupWaitBy<'a> {
+    cgroup: &'a str,
+    culprit_cgroup: &'a str,
+    wait_ns: u64,
 }
 
 #[derive(Serialize)]
@@ -448,8 +457,8 @@ struct JsonLine<'a> {
     io: Vec<JsonIo<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     io_exact: Option<Vec<JsonIo<'a>>>,
-    blocked: Vec<JsonBlocked>,
-    wait_by: Vec<JsonWaitBy>,
+    blocked: Vec<JsonBlocked<'a>>,
+    wait_by: Vec<JsonWaitBy<'a>>,
     wait_stats: &'a WaitStats,
     servers: Vec<JsonServer>,
     net: Vec<JsonNet>,
@@ -458,6 +467,7 @@ struct JsonLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     cgroups_exact: Option<Vec<JsonCgroup<'a>>>,
     cgroup_stats: &'a CgroupStats,
+    cgroup_wait_by: Vec<JsonCgroupWaitBy<'a>>,
     /// Batch mode's own /proc readings for the interval; null where there are none (an
     /// unreadable /proc/stat, or an export: a recording does not keep them).
     host: Option<JsonHost>,
@@ -574,6 +584,16 @@ pub fn write_json_host(
             .as_deref()
             .map(|c| json_cgroups(c, b.interval_ns(), k)),
         cgroup_stats: &b.cgroup_stats,
+        cgroup_wait_by: m
+            .cgroups
+            .top_wait_by(k)
+            .iter()
+            .map(|p| JsonCgroupWaitBy {
+                cgroup: &p.cgroup,
+                culprit_cgroup: &p.culprit,
+                wait_ns: p.wait_ns,
+            })
+            .collect(),
         host: host.map(json_host),
     };
     serde_json::to_writer(&mut *out, &line)?;
