@@ -391,6 +391,11 @@ pub enum Table {
     /// One row per process shown per interval (the top K by time blocked in the kernel: on
     /// I/O plus otherwise), with its sleep.
     Blocked,
+    /// One row per (victim, culprit) pair of processes per interval (the top K by the
+    /// run-queue wait the culprit caused the victim).
+    WaitBy,
+    /// One row per (victim, culprit) pair of cgroups per interval (the top K by wait).
+    CgroupWaitBy,
     /// One row per server per interval (the top K by requests).
     Servers,
     /// One row per process shown per interval (the top K by socket bytes).

@@ -6,7 +6,7 @@
 use super::cgroup::{CgroupRow, ThreadRow};
 use super::qos::{QosSample, RequestSample, SyscallSample};
 use super::servers::{NetRow, ServerRow, ServersStats};
-use super::wait::{IoRow, OffCpuRow, WaitRow, WaitStats};
+use super::wait::{CULPRIT_IDLE, IoRow, OffCpuRow, WaitByRow, WaitRow, WaitStats};
 use super::{Batch, CpuRow, Dropped, Exit, MemRow, MemStats, ProcInfo};
 
 /// Builds one Batch; see [`Batch::build`].
@@ -222,6 +222,28 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
             read_bytes: 4096 * (seq % 3),
             write_bytes: 65_536 * seq,
         }];
+        // Who made whom wait: 1001 behind 1000 (another cgroup) and 1003 (its own), 1002
+        // behind an idle CPU.
+        if n >= 4 {
+            b.wait_by = [
+                (1001, 1000, 2_000_000 + seq),
+                (1001, 1003, 1_000_000),
+                (1002, CULPRIT_IDLE, 500_000),
+            ]
+            .iter()
+            .map(|&(pid, culprit, ns)| WaitByRow { pid, culprit, ns })
+            .collect();
+            b.caused = vec![
+                WaitRow {
+                    pid: 1000,
+                    ns: 2_000_000 + seq,
+                },
+                WaitRow {
+                    pid: 1003,
+                    ns: 1_000_000,
+                },
+            ];
+        }
         b.wait_stats = WaitStats {
             available: true,
             io_available: true,

@@ -46,6 +46,8 @@ fn csv_header(out: &mut impl Write, t: Table) -> std::io::Result<()> {
         Table::Blocked => {
             "t_ms,seq,rank,pid,comm,io_wait_ns,blocked_ns,sleep_ns,io_wait_pct,blocked_pct"
         }
+        Table::WaitBy => "t_ms,seq,rank,pid,comm,culprit_pid,culprit_comm,wait_ns",
+        Table::CgroupWaitBy => "t_ms,seq,rank,cgroup,culprit_cgroup,wait_ns",
         Table::Servers => {
             "t_ms,seq,rank,pid,comm,rps,requests,p50_us,p99_us,p999_us,max_us,conns,rx_bytes,\
              tx_bytes"
@@ -207,6 +209,44 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
                     r.sleep_ns,
                     r.io_pct,
                     r.blocked_pct
+                )?;
+            }
+            Ok(())
+        }
+        Table::WaitBy => {
+            use crate::batch::wait::{CULPRIT_IDLE, CULPRIT_UNKNOWN};
+            let comm = |pid: u32| m.proc_info(pid).map_or("", |p| p.comm.as_str());
+            for (rank, r) in m.wait.top_wait_by(k).iter().enumerate() {
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    r.pid,
+                    csv_field(comm(r.pid)),
+                    r.culprit,
+                    csv_field(match r.culprit {
+                        CULPRIT_IDLE => "(idle)",
+                        CULPRIT_UNKNOWN => "(unattributed)",
+                        c => comm(c),
+                    }),
+                    r.wait_ns
+                )?;
+            }
+            Ok(())
+        }
+        Table::CgroupWaitBy => {
+            for (rank, r) in m.cgroups.top_wait_by(k).iter().enumerate() {
+                writeln!(
+                    out,
+                    "{},{},{},{},{},{}",
+                    b.t_ms,
+                    b.seq,
+                    rank + 1,
+                    csv_field(&r.cgroup),
+                    csv_field(&r.culprit),
+                    r.wait_ns
                 )?;
             }
             Ok(())
@@ -407,5 +447,36 @@ mod tests {
         assert_eq!(pids, ["1000", "1002", "1001"]);
         assert_eq!(rows[0].split(',').count(), rows[1].split(',').count());
         assert!(rows[1].contains(",3002000,0,"), "{s}");
+    }
+
+    #[test]
+    fn the_wait_by_tables_name_both_sides() {
+        let mut m = Model::new();
+        m.ingest(&crate::batch::build::plausible(2, 4));
+        let table = |t| {
+            let mut out = Vec::new();
+            csv_header(&mut out, t).unwrap();
+            csv_rows(&mut out, t, &m, 20).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let s = table(Table::WaitBy);
+        let rows: Vec<&str> = s.lines().collect();
+        assert_eq!(rows.len(), 4, "{s}");
+        assert!(
+            rows[1].ends_with(",1,1001,worker-1,1000,worker-0,2000002"),
+            "{s}"
+        );
+        assert!(rows[3].ends_with(",1002,worker-2,0,(idle),500000"), "{s}");
+        assert_eq!(rows[0].split(',').count(), rows[1].split(',').count());
+        // plausible's cgroups: worker-{i % 3}.service, so 1003 shares 1000's.
+        let s = table(Table::CgroupWaitBy);
+        let rows: Vec<&str> = s.lines().collect();
+        assert_eq!(rows.len(), 2, "{s}");
+        assert!(
+            rows[1].ends_with(
+                ",1,/system.slice/worker-1.service,/system.slice/worker-0.service,3000002"
+            ),
+            "{s}"
+        );
     }
 }

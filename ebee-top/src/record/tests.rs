@@ -174,11 +174,13 @@ fn the_committed_format_5_file_reads() {
     committed_file_reads(include_bytes!("testdata/v5-plausible-110.ebr"), 5);
 }
 
-/// `plausible()` has gained the off-CPU split (issue 29) since the committed files were
-/// written: they hold the batches without it, which read back with the split empty and
-/// marked unmeasured.
+/// `plausible()` has gained the off-CPU split and the culprits of waits (issue 29) since the
+/// committed files were written: they hold the batches without them, which read back with
+/// the split and the pairs empty and marked unmeasured.
 fn before_offcpu(mut b: Batch) -> Batch {
     b.offcpu.clear();
+    b.wait_by.clear();
+    b.caused.clear();
     b.wait_stats.offcpu_available = false;
     b
 }
