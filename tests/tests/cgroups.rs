@@ -436,6 +436,131 @@ fn a_process_moves_and_cgroups_are_removed_while_shown() {
     );
 }
 
+/// Which cgroup delays which, end to end through the binary's JSON: a victim (waking every
+/// 4 ms) in one cgroup and a hog in another, both on CPU 1, five seconds of 100 ms lines with
+/// every pair kept shown (`-k 50`). The victim's cgroup's wait behind the hog's cgroup
+/// (`cgroup_wait_by[]`) is exactly its wait behind the hog in `wait_by[]` (one process in
+/// each); the wait the hog caused (`cpu[].caused_wait_ns`, what HOLD% shows) holds at least
+/// that; and everything the victim is blamed for (the hog, kernel threads, wakeup latency,
+/// unattributed) is its `run_delay` growth in /proc/PID/schedstat over the same lines: within
+/// 10% when no pair was left out, never more than 5% over it otherwise.
+#[test]
+fn which_cgroup_delays_which_in_json() {
+    use std::io::BufRead as _;
+    if !privileged("which_cgroup_delays_which_in_json") {
+        return;
+    }
+    let Some(fs) = fs(Want::Auto) else {
+        panic!("no cgroup hierarchy mounted: this kind of machine has them");
+    };
+    let me = std::process::id();
+    let (cv, ch) = (
+        Cg::make(fs.mount.join(format!("ebee-test-{me}-victim"))),
+        Cg::make(fs.mount.join(format!("ebee-test-{me}-hog"))),
+    );
+    let (path_v, path_h) = (
+        format!("/ebee-test-{me}-victim"),
+        format!("/ebee-test-{me}-hog"),
+    );
+    let victim = ebee_tests::ebee_load_on(
+        1,
+        0,
+        &[
+            "burn",
+            "--duty",
+            "0.1",
+            "--period-ms",
+            "4",
+            "--seconds",
+            "30",
+        ],
+    );
+    let hog = ebee_tests::ebee_load_on(1, 0, &["burn", "--duty", "1.0", "--seconds", "30"]);
+    let (vp, hp) = (victim.pid(), hog.pid());
+    cv.join(vp);
+    ch.join(hp);
+    let mut top = spawn_guarded(
+        Command::new(bin("ebee-top"))
+            .args([
+                "-b", "--format", "json", "-d", "0.1", "-n", "51", "-k", "50",
+            ])
+            .stdout(std::process::Stdio::piped()),
+    )
+    .expect("starting ebee-top");
+    let out = top.0.stdout.take().unwrap();
+    let (mut cg_pair, mut pid_pair, mut caused, mut blamed, mut rest) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut lines_with_pair = 0;
+    let (mut wait0, mut wait1) = (0, 0);
+    let ns = |v: &serde_json::Value| v["wait_ns"].as_u64().unwrap();
+    for (i, line) in std::io::BufReader::new(out).lines().enumerate() {
+        let line = line.unwrap();
+        if i == 0 {
+            // The window starts as the first interval closes.
+            wait0 = schedstat_wait_ns(vp).unwrap();
+            continue;
+        }
+        wait1 = schedstat_wait_ns(vp).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        cg_pair += v["cgroup_wait_by"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["cgroup"] == path_v.as_str() && p["culprit_cgroup"] == path_h.as_str())
+            .map(ns)
+            .sum::<u64>();
+        let by = v["wait_by"].as_array().unwrap();
+        let behind_hog: u64 = by
+            .iter()
+            .filter(|p| p["pid"] == vp && p["culprit_pid"] == hp)
+            .map(ns)
+            .sum();
+        lines_with_pair += usize::from(behind_hog > 0);
+        pid_pair += behind_hog;
+        blamed += by.iter().filter(|p| p["pid"] == vp).map(ns).sum::<u64>();
+        rest += v["wait_stats"]["wait_by_rest_ns"].as_u64().unwrap();
+        caused += v["cpu"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["pid"] == hp)
+            .map(|r| r["caused_wait_ns"].as_u64().unwrap())
+            .sum::<u64>();
+    }
+    assert!(top.0.wait().unwrap().success(), "ebee-top failed");
+    let truth = wait1 - wait0;
+    eprintln!(
+        "the victim's cgroup behind the hog's: {cg_pair} ns ({pid_pair} ns by pid, in \
+         {lines_with_pair} lines); the hog caused {caused} ns; the victim was blamed for \
+         {blamed} ns in all, its run_delay grew {truth} ns; pairs left out: {rest} ns"
+    );
+    assert!(
+        truth > 100_000_000,
+        "only {truth} ns of wait: no contention?"
+    );
+    assert!(
+        lines_with_pair >= 10,
+        "the victim behind the hog in wait_by[]"
+    );
+    assert_eq!(cg_pair, pid_pair, "one process in each cgroup");
+    assert!(
+        caused >= pid_pair,
+        "the hog caused {caused} ns, less than its pair"
+    );
+    let share = blamed as f64 / truth as f64;
+    if rest == 0 {
+        assert!(
+            (0.9..=1.1).contains(&share),
+            "blamed {blamed} ns against run_delay's {truth} ns"
+        );
+    } else {
+        assert!(
+            share <= 1.05,
+            "blamed {blamed} ns against run_delay's {truth} ns"
+        );
+    }
+}
+
 /// `-H` in batch JSON: `cpu[]` rows are threads with `tid`, the busiest thread of a
 /// two-thread process first; `--cgroups off` leaves cgroups out.
 #[test]

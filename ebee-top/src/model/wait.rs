@@ -1,7 +1,10 @@
 //! Waits and disk I/O of the last interval, as the line output and the screen rank them: who
 //! waited longest for a CPU, who read and wrote the most. Pure: everything came in a Batch.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// foldhash, not SipHash: the keys are pids the kernel chose (see `model::procs`).
+use foldhash::{HashMap, HashMapExt as _};
 
 use crate::batch::Batch;
 use crate::batch::wait::{CULPRIT_IDLE, CULPRIT_UNKNOWN, IoRow, OffCpuRow, WaitByRow, WaitRow};

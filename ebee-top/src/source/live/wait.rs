@@ -1,6 +1,7 @@
 //! The kernel's waits and disk I/O of one interval as the Batch's rows and counters.
 
-use std::collections::HashMap;
+// foldhash, not SipHash: the keys are pids the kernel chose (see `source::live`).
+use foldhash::{HashMap, HashMapExt as _};
 
 use crate::batch::wait::{
     CULPRIT_IDLE, CULPRIT_UNKNOWN, IoRow, OffCpuRow, WAIT_BY_ROWS, WaitByRow, WaitRow, WaitStats,
