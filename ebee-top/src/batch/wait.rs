@@ -33,13 +33,13 @@ impl OffCpuRow {
     }
 }
 
-/// The order of `Batch::offcpu`: most held up (I/O-blocked + blocked) first, then by sleep,
-/// then by pid.
+/// The order of `Batch::offcpu`: most held up (I/O-blocked + blocked) first, then by pid
+/// (not by sleep: the recording codes an order by one column's weight with its ties in pid
+/// order in next to nothing, and the sleepers-only rows are most of the table).
 pub fn sort_offcpu(rows: &mut [OffCpuRow]) {
     rows.sort_by(|a, b| {
         b.held_ns()
             .cmp(&a.held_ns())
-            .then(b.sleep_ns.cmp(&a.sleep_ns))
             .then(a.pid.cmp(&b.pid))
     });
 }
@@ -62,6 +62,11 @@ pub struct WaitByRow {
 
 /// Pairs a Batch keeps, heaviest first (the rest is in `WaitStats::wait_by_rest_ns`).
 pub const WAIT_BY_ROWS: usize = 50;
+
+/// Culprits a Batch keeps in `caused`, heaviest first (the rest is in
+/// `WaitStats::caused_rest_ns`): on a busy machine nearly every process that ran delayed
+/// someone a little, and a row for each doubled the recording.
+pub const CAUSED_ROWS: usize = 50;
 
 /// One process's disk I/O in the interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +108,8 @@ pub struct WaitStats {
     pub unattributed_ns: u64,
     /// Wait of the pairs beyond the [`WAIT_BY_ROWS`] kept in `wait_by`.
     pub wait_by_rest_ns: u64,
+    /// Wait caused by the culprits beyond the [`CAUSED_ROWS`] kept in `caused`.
+    pub caused_rest_ns: u64,
     /// Pairs the (victim, culprit) sketch let go, and the wait they held.
     pub wait_by_evictions: u64,
     pub wait_by_evicted_ns: u64,

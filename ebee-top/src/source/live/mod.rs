@@ -255,7 +255,7 @@ impl Source for Live {
         let offcpu = wait::offcpu_rows(&w.wait);
         pids.extend(offcpu.iter().map(|r| r.pid));
         let wait_by = wait::wait_by_rows(&w.pairs);
-        let caused = wait::caused_rows(&w.pairs);
+        let (caused, caused_rest_ns) = wait::caused_rows(&w.pairs);
         pids.extend(wait_by.iter().map(|r| r.pid));
         pids.extend(caused.iter().map(|r| r.pid));
         pids.extend(wait_by.iter().map(|r| r.culprit).filter(|&c| {
@@ -353,6 +353,7 @@ impl Source for Live {
             },
             wait_stats: wait::stats(
                 &raw.waits,
+                caused_rest_ns,
                 self.probes.wait_available(),
                 self.probes.io_available(),
                 self.probes.offcpu_available(),

@@ -4,7 +4,8 @@
 use foldhash::{HashMap, HashMapExt as _};
 
 use crate::batch::wait::{
-    CULPRIT_IDLE, CULPRIT_UNKNOWN, IoRow, OffCpuRow, WAIT_BY_ROWS, WaitByRow, WaitRow, WaitStats,
+    CAUSED_ROWS, CULPRIT_IDLE, CULPRIT_UNKNOWN, IoRow, OffCpuRow, WAIT_BY_ROWS, WaitByRow, WaitRow,
+    WaitStats,
 };
 use crate::probes::wait::{IoCharge, PairCharge, WaitCharge, WaitRaw};
 
@@ -21,8 +22,9 @@ pub(super) fn wait_by_rows(p: &[PairCharge]) -> Vec<WaitByRow> {
 }
 
 /// The wait each process caused other processes (all pairs; a process's threads delaying one
-/// another are its own business), heaviest first.
-pub(super) fn caused_rows(p: &[PairCharge]) -> Vec<WaitRow> {
+/// another are its own business), heaviest first: the [`CAUSED_ROWS`] heaviest, and the wait
+/// the others caused.
+pub(super) fn caused_rows(p: &[PairCharge]) -> (Vec<WaitRow>, u64) {
     let mut by: HashMap<u32, u64> = HashMap::new();
     for c in p {
         if c.culprit != CULPRIT_IDLE && c.culprit != CULPRIT_UNKNOWN && c.culprit != c.victim {
@@ -34,7 +36,9 @@ pub(super) fn caused_rows(p: &[PairCharge]) -> Vec<WaitRow> {
         .map(|(pid, ns)| WaitRow { pid, ns })
         .collect();
     v.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.pid.cmp(&b.pid)));
-    v
+    let rest = v.iter().skip(CAUSED_ROWS).map(|r| r.ns).sum();
+    v.truncate(CAUSED_ROWS);
+    (v, rest)
 }
 
 /// The processes that waited for a CPU (the sketch also holds those that only slept).
@@ -76,6 +80,7 @@ pub(super) fn io_rows(c: &[IoCharge]) -> Vec<IoRow> {
 
 pub(super) fn stats(
     raw: &WaitRaw,
+    caused_rest_ns: u64,
     available: bool,
     io_available: bool,
     offcpu_available: bool,
@@ -95,6 +100,7 @@ pub(super) fn stats(
         wakeup_latency_ns: raw.idle_ns,
         unattributed_ns: raw.unknown_ns,
         wait_by_rest_ns: raw.pairs.iter().skip(WAIT_BY_ROWS).map(|c| c.wait_ns).sum(),
+        caused_rest_ns,
         wait_by_evictions: raw.pair_evictions,
         wait_by_evicted_ns: raw.pair_evicted_ns,
     }
