@@ -37,11 +37,7 @@ impl OffCpuRow {
 /// (not by sleep: the recording codes an order by one column's weight with its ties in pid
 /// order in next to nothing, and the sleepers-only rows are most of the table).
 pub fn sort_offcpu(rows: &mut [OffCpuRow]) {
-    rows.sort_by(|a, b| {
-        b.held_ns()
-            .cmp(&a.held_ns())
-            .then(a.pid.cmp(&b.pid))
-    });
+    rows.sort_by(|a, b| b.held_ns().cmp(&a.held_ns()).then(a.pid.cmp(&b.pid)));
 }
 
 /// The culprit of a wait that is no process: the CPU was idle when the waiter was queued
