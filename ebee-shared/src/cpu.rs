@@ -144,6 +144,20 @@ pub struct CpuState {
     /// The last slices on this CPU, for the culprits of run-queue waits (written only while
     /// the off-CPU split is on).
     pub ring: crate::wait::SliceRing,
+    /// This CPU's entry of each parity in the per-(CPU, parity) sketch arrays (see
+    /// [`sketch_entry`]): written once by userspace before the programs are attached, so the
+    /// switch path finds its entry with one load, no helper call.
+    pub entry: [u32; 2],
+}
+
+/// The entry of `cpu`'s sketch of `parity` in a sketch array of `2 * ncpus` entries: a
+/// `BPF_F_MMAPABLE` plain array userspace maps once and reads in place, instead of a per-CPU
+/// array copied out and cleared with bpf(2) every interval. Each parity's CPUs lie back to
+/// back, so the closed interval is one run of `ncpus` values, read and zeroed in one piece.
+/// A plain array's value may also exceed the 32 KiB a per-CPU value is limited to.
+#[inline(always)]
+pub const fn sketch_entry(parity: u32, cpu: u32, ncpus: u32) -> u32 {
+    (parity & 1) * ncpus + cpu
 }
 
 /// What userspace passes to `cpu_flip` (the raw_tracepoint context of the test run): the
@@ -268,7 +282,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<CpuSlot>(), 32);
         assert_eq!(
             core::mem::size_of::<CpuState>(),
-            64 + core::mem::size_of::<crate::wait::SliceRing>()
+            64 + core::mem::size_of::<crate::wait::SliceRing>() + 8
         );
         assert_eq!(core::mem::size_of::<CpuFlipArgs>(), 32);
         assert_eq!(core::mem::size_of::<CpuTrace>(), 48);
@@ -279,6 +293,19 @@ mod tests {
         // A per-CPU map value may not exceed 32 KiB.
         assert!(core::mem::size_of::<CpuSketch>() <= 32 * 1024);
         assert!(core::mem::size_of::<ThreadSketch>() <= 32 * 1024);
+    }
+
+    #[test]
+    fn sketch_entries_are_distinct_and_each_parity_is_one_run() {
+        let n = 3;
+        let mut all: [u32; 6] = [0; 6];
+        for cpu in 0..n {
+            all[cpu as usize] = sketch_entry(0, cpu, n);
+            all[(n + cpu) as usize] = sketch_entry(1, cpu, n);
+        }
+        assert_eq!(all, [0, 1, 2, 3, 4, 5]);
+        // Only the low bit of the parity counts.
+        assert_eq!(sketch_entry(3, 1, n), sketch_entry(1, 1, n));
     }
 
     #[test]

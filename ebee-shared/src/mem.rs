@@ -148,6 +148,9 @@ pub struct MemCpu {
     pub last_epoch: u64,
     pub last_mm: u64,
     pub last_pages: u64,
+    /// This CPU's entry of each parity in `MEM_SKETCH` (`crate::cpu::sketch_entry`), written
+    /// by userspace before the program is attached.
+    pub entry: [u32; 2],
 }
 
 impl MemCpu {
@@ -221,7 +224,7 @@ mod tests {
     #[test]
     fn layout_has_no_padding() {
         assert_eq!(core::mem::size_of::<MemSlot>(), 24);
-        assert_eq!(core::mem::size_of::<MemCpu>(), 48);
+        assert_eq!(core::mem::size_of::<MemCpu>(), 56);
         assert_eq!(core::mem::size_of::<MemShadow>(), 16);
         assert_eq!(core::mem::size_of::<MemOffsets>(), 40);
         assert_eq!(core::mem::size_of::<MemTrace>(), 40);

@@ -13,7 +13,7 @@ use ebee_shared::{
 
 use crate::maps::{
     CG_OFFSETS, CG_SHADOW0, CG_SHADOW1, CG_SKETCH, SHADOW_ON, THREAD_SHADOW0, THREAD_SHADOW1,
-    THREAD_SKETCH, global,
+    THREAD_SKETCH, global, sketch,
 };
 use crate::present;
 
@@ -81,9 +81,9 @@ pub fn charge(s: &CpuState, key: u32, cpu_ns: u64, wait_ns: u64) -> Result<(), i
         return Ok(());
     }
     let parity = ctl::parity(s.epoch) & 1;
-    let sk = present(CG_SKETCH.get_ptr_mut(parity))?;
-    // SAFETY: this CPU's value of a per-CPU array, written only by this CPU while its interval
-    // is open (see `try_sched_switch`).
+    let sk = present(sketch(&CG_SKETCH, s, parity))?;
+    // SAFETY: this CPU's entry of the interval's parity, written only by this CPU while its
+    // interval is open (see `try_sched_switch`).
     let sk = unsafe { &mut *sk };
     sk.add(CgSlot {
         key,
@@ -118,7 +118,7 @@ pub fn charge(s: &CpuState, key: u32, cpu_ns: u64, wait_ns: u64) -> Result<(), i
 #[inline(always)]
 pub fn charge_thread(s: &CpuState, slot: &CpuSlot, tid: u32) -> Result<(), i64> {
     let parity = ctl::parity(s.epoch) & 1;
-    let sk = present(THREAD_SKETCH.get_ptr_mut(parity))?;
+    let sk = present(sketch(&THREAD_SKETCH, s, parity))?;
     // SAFETY: as in `charge`.
     let sk = unsafe { &mut *sk };
     sk.add(CpuSlot {

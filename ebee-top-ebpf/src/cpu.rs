@@ -17,7 +17,7 @@ use ebee_shared::{
 
 use crate::maps::{
     CPU_SHADOW0, CPU_SHADOW1, CPU_SKETCH, CPU_STATE, CPU_TRACE, CTL, SHADOW_ON,
-    TASK_EXEC_START_OFF, TASK_PID_OFF, TASK_TGID_OFF, TRACE_ON, count_drop, global,
+    TASK_EXEC_START_OFF, TASK_PID_OFF, TASK_TGID_OFF, TRACE_ON, count_drop, global, sketch,
 };
 use crate::{atomic_fetch_add, present};
 
@@ -189,9 +189,9 @@ fn charge(s: &CpuState, tgid: u32, cgroup: u32, tid: u32, start: u64, end: u64) 
         ),
     };
     let parity = ctl::parity(s.epoch);
-    let sk = present(CPU_SKETCH.get_ptr_mut(parity & 1))?;
-    // SAFETY: this CPU's value of a per-CPU array; only this CPU writes it while the interval
-    // is open, and userspace reads it only after every CPU's `cpu_flip` has returned.
+    let sk = present(sketch(&CPU_SKETCH, s, parity))?;
+    // SAFETY: this CPU's entry of the interval's parity; only this CPU writes it while the
+    // interval is open, and userspace reads it only once every CPU has moved past it.
     let sk = unsafe { &mut *sk };
     sk.add(slot);
     if tid != 0 {

@@ -19,9 +19,12 @@ pub static CTL: Array<Ctl> = Array::with_max_entries(1, 0);
 #[map]
 pub static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per-CPU HashPipe sketches, one per interval parity.
+/// HashPipe sketches, one per (CPU, interval parity): entry
+/// [`ebee_shared::cpu::sketch_entry`], found through [`sketch`]. A `BPF_F_MMAPABLE` plain
+/// array, sized by the loader to twice the possible CPUs (2 here is a placeholder), so
+/// userspace reads and clears a closed interval in place, with no bpf(2) copy.
 #[map]
-pub static CPU_SKETCH: PerCpuArray<CpuSketch> = PerCpuArray::with_max_entries(2, 0);
+pub static CPU_SKETCH: Array<CpuSketch> = Array::with_max_entries(2, BPF_F_MMAPABLE);
 
 /// Exact per-process on-CPU ns, one map per interval parity (ground truth for tests and the
 /// precision benchmark; shrunk to one entry by the loader when not wanted).
@@ -32,9 +35,9 @@ pub static CPU_SHADOW0: PerCpuHashMap<u32, u64> =
 pub static CPU_SHADOW1: PerCpuHashMap<u32, u64> =
     PerCpuHashMap::with_max_entries(SHADOW_ENTRIES, 0);
 
-/// Per-CPU thread sketches (the per-thread mode), one per interval parity.
+/// Thread sketches (the per-thread mode), one per (CPU, interval parity), as `CPU_SKETCH`.
 #[map]
-pub static THREAD_SKETCH: PerCpuArray<ThreadSketch> = PerCpuArray::with_max_entries(2, 0);
+pub static THREAD_SKETCH: Array<ThreadSketch> = Array::with_max_entries(2, BPF_F_MMAPABLE);
 
 /// Exact per-thread on-CPU ns (tests; shrunk to one entry by the loader when not wanted).
 #[map]
@@ -44,9 +47,9 @@ pub static THREAD_SHADOW0: PerCpuHashMap<u32, u64> =
 pub static THREAD_SHADOW1: PerCpuHashMap<u32, u64> =
     PerCpuHashMap::with_max_entries(SHADOW_ENTRIES, 0);
 
-/// Per-CPU cgroup sketches, one per interval parity.
+/// Cgroup sketches, one per (CPU, interval parity), as `CPU_SKETCH`.
 #[map]
-pub static CG_SKETCH: PerCpuArray<CgSketch> = PerCpuArray::with_max_entries(2, 0);
+pub static CG_SKETCH: Array<CgSketch> = Array::with_max_entries(2, BPF_F_MMAPABLE);
 
 /// Exact per-cgroup [on-CPU ns, wait ns] (tests; shrunk when not wanted).
 #[map]
@@ -215,10 +218,11 @@ pub static QOS_OFFSETS: ebee_shared::qos::Offsets = ebee_shared::qos::Offsets {
 #[map]
 pub static MEM_CPU: PerCpuArray<ebee_shared::mem::MemCpu> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per-CPU memory HashPipe sketches, one per interval parity.
+/// Memory HashPipe sketches, one per (CPU, interval parity), as `CPU_SKETCH` (the entry is
+/// in `MEM_CPU`).
 #[map]
-pub static MEM_SKETCH: PerCpuArray<ebee_shared::mem::MemSketch> =
-    PerCpuArray::with_max_entries(2, 0);
+pub static MEM_SKETCH: Array<ebee_shared::mem::MemSketch> =
+    Array::with_max_entries(2, BPF_F_MMAPABLE);
 
 /// Exact latest RSS reading per process, one map per interval parity (ground truth for tests
 /// and the precision benchmark; shrunk to one entry by the loader when not wanted).
@@ -250,20 +254,21 @@ pub static MEM_OFFSETS: ebee_shared::mem::MemOffsets = ebee_shared::mem::MemOffs
 
 // The waits and disk I/O pipeline (wait.rs); sizes in ebee_shared::wait.
 
-/// Per-CPU run-queue wait HashPipe sketches, one per interval parity.
+/// Run-queue wait HashPipe sketches, one per (CPU, interval parity), as `CPU_SKETCH`.
 #[map]
-pub static WAIT_SKETCH: PerCpuArray<ebee_shared::wait::WaitSketch> =
-    PerCpuArray::with_max_entries(2, 0);
+pub static WAIT_SKETCH: Array<ebee_shared::wait::WaitSketch> =
+    Array::with_max_entries(2, BPF_F_MMAPABLE);
 
-/// Per-CPU (victim, culprit) sketches of run-queue waits, one per interval parity.
+/// (victim, culprit) sketches of run-queue waits, one per (CPU, interval parity), as
+/// `CPU_SKETCH`.
 #[map]
-pub static PAIR_SKETCH: PerCpuArray<ebee_shared::wait::PairSketch> =
-    PerCpuArray::with_max_entries(2, 0);
+pub static PAIR_SKETCH: Array<ebee_shared::wait::PairSketch> =
+    Array::with_max_entries(2, BPF_F_MMAPABLE);
 
-/// Per-CPU disk I/O HashPipe sketches, one per interval parity.
+/// Disk I/O HashPipe sketches, one per (CPU, interval parity), as `CPU_SKETCH`.
 #[map]
-pub static IO_SKETCH: PerCpuArray<ebee_shared::wait::IoSketch> =
-    PerCpuArray::with_max_entries(2, 0);
+pub static IO_SKETCH: Array<ebee_shared::wait::IoSketch> =
+    Array::with_max_entries(2, BPF_F_MMAPABLE);
 
 /// Each thread's counters as last seen at a switch-out, by `tid & (THREAD_SLOTS - 1)`. Not
 /// per-CPU: a thread switches out on one CPU at a time, wherever it ran.
@@ -304,15 +309,16 @@ pub static WAIT_OFFSETS: ebee_shared::wait::WaitOffsets = ebee_shared::wait::Wai
 
 // The servers pipeline (servers.rs); sizes in ebee_shared::servers.
 
-/// Per-CPU server sketches (requests per process), one per interval parity.
+/// Server sketches (requests per process), one per (CPU, interval parity), as `CPU_SKETCH`.
 #[map]
-pub static SRV_SKETCH: PerCpuArray<ebee_shared::servers::SrvSketch> =
-    PerCpuArray::with_max_entries(2, 0);
+pub static SRV_SKETCH: Array<ebee_shared::servers::SrvSketch> =
+    Array::with_max_entries(2, BPF_F_MMAPABLE);
 
-/// Per-CPU network bytes sketches (every process's socket I/O), one per interval parity.
+/// Network bytes sketches (every process's socket I/O), one per (CPU, interval parity), as
+/// `CPU_SKETCH`.
 #[map]
-pub static NET_SKETCH: PerCpuArray<ebee_shared::servers::NetSketch> =
-    PerCpuArray::with_max_entries(2, 0);
+pub static NET_SKETCH: Array<ebee_shared::servers::NetSketch> =
+    Array::with_max_entries(2, BPF_F_MMAPABLE);
 
 /// Per-CPU request latency histograms, index `parity * HIST_SLOTS + slot`.
 #[map]
@@ -354,3 +360,14 @@ pub static SRV_OFFSETS: ebee_shared::servers::SrvOffsets = ebee_shared::servers:
 
 /// `BPF_F_NO_PREALLOC`: a hash map that allocates its entries as they come.
 const BPF_F_NO_PREALLOC: u32 = 1;
+/// `BPF_F_MMAPABLE`: an array userspace can mmap (kernel 5.5 on).
+const BPF_F_MMAPABLE: u32 = 1 << 10;
+
+/// This CPU's sketch of `parity` in a per-(CPU, parity) sketch array such as `CPU_SKETCH`:
+/// the entry comes from `s` (userspace wrote it there before attaching), so no helper is
+/// called. The array lookup checks the index against the map's size, so a wrong entry could
+/// at worst land in another CPU's sketch, never out of the map.
+#[inline(always)]
+pub fn sketch<T>(map: &Array<T>, s: &CpuState, parity: u32) -> Option<*mut T> {
+    map.get_ptr_mut(s.entry[(parity & 1) as usize])
+}

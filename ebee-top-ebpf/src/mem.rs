@@ -98,9 +98,9 @@ unsafe fn record(ctx: &BtfTracePointContext, o: &MemOffsets, st: &mut MemCpu) ->
         return Ok(());
     }
 
-    let sk = present(MEM_SKETCH.get_ptr_mut(parity & 1))?;
-    // SAFETY: this CPU's value of a per-CPU array; only this CPU writes it while the interval
-    // is open, and userspace reads it only after the flip and the `seq` handshake.
+    let sk = present(MEM_SKETCH.get_ptr_mut(st.entry[(parity & 1) as usize]))?;
+    // SAFETY: this CPU's entry of the parity; only this CPU writes it while the interval is
+    // open, and userspace reads it only after the flip and the `seq` handshake.
     let sk = unsafe { &mut *sk };
     let tgid_off = global(&TASK_TGID_OFF) as usize;
     let mut tgid = 0u32;

@@ -77,8 +77,12 @@ unsafe fn try_sock_io(ctx: &BtfTracePointContext, send: bool) -> Result<u32, i64
     barrier();
     // SAFETY: this CPU's value; `sched_switch` (with interrupts off) and `cpu_flip` write it.
     let epoch = unsafe { core::ptr::read_volatile(&raw const (*st).epoch) };
+    let parity = ctl::parity(epoch) & 1;
+    // This CPU's entry of `parity` in the sketch arrays (written once, before attaching).
+    // SAFETY: as above.
+    let entry = unsafe { core::ptr::read_volatile(&raw const (*st).entry[parity as usize]) };
     // SAFETY: the caller's guarantee.
-    let r = unsafe { io_body(ctx, send, tgid, ret as u64, ctl::parity(epoch) & 1) };
+    let r = unsafe { io_body(ctx, send, tgid, ret as u64, parity, entry) };
     barrier();
     // SAFETY: as above.
     unsafe { core::ptr::write_volatile(&raw mut (*busy).busy, 0) };
@@ -94,11 +98,12 @@ unsafe fn io_body(
     tgid: u32,
     bytes: u64,
     parity: u32,
+    entry: u32,
 ) -> Result<(), i64> {
-    let net = present(NET_SKETCH.get_ptr_mut(parity))?;
+    let net = present(NET_SKETCH.get_ptr_mut(entry))?;
     let (rx_bytes, tx_bytes) = if send { (0, bytes) } else { (bytes, 0) };
-    // SAFETY: this CPU's value of a per-CPU array, written only by this CPU's runs of the
-    // socket programs (which do not nest) while its interval is open.
+    // SAFETY: this CPU's entry of the parity, written only by this CPU's runs of the socket
+    // programs (which do not nest) while its interval is open.
     unsafe {
         (*net).add(NetSlot {
             tgid,
@@ -142,7 +147,7 @@ unsafe fn io_body(
         if !send {
             c.recv(crate::now_ns);
         }
-        let sketch = present(SRV_SKETCH.get_ptr_mut(parity))?;
+        let sketch = present(SRV_SKETCH.get_ptr_mut(entry))?;
         if SRV_CONNS.insert(key, c, 0).is_err() {
             // SAFETY: this CPU's value, as above.
             unsafe { (*sketch).conns_full += 1 };
@@ -155,7 +160,7 @@ unsafe fn io_body(
     let c = unsafe { &mut *c };
     if c.tgid != tgid {
         // Handed to another process (descriptor passing, a fork): it holds the connection now.
-        let sketch = present(SRV_SKETCH.get_ptr_mut(parity))?;
+        let sketch = present(SRV_SKETCH.get_ptr_mut(entry))?;
         count_conn(c.tgid, -1, sketch);
         count_conn(tgid, 1, sketch);
         c.tgid = tgid;
@@ -167,7 +172,7 @@ unsafe fn io_body(
     let Some(lat) = c.send(crate::now_ns) else {
         return Ok(());
     };
-    let sketch = present(SRV_SKETCH.get_ptr_mut(parity))?;
+    let sketch = present(SRV_SKETCH.get_ptr_mut(entry))?;
     // SAFETY: this CPU's value, as above.
     unsafe { (*sketch).add(tgid, lat) };
     let e = present(SRV_SLOT_OF.get_ptr(tgid & (SLOT_INDEX - 1)))?;
@@ -196,7 +201,7 @@ fn count_conn(tgid: u32, d: i64, sketch: *mut ebee_shared::servers::SrvSketch) {
         Some(n) => unsafe { atomic_add(n.cast::<u64>(), d as u64) },
         None => {
             if SRV_CONN_COUNT.insert(tgid, d, 0).is_err() {
-                // SAFETY: this CPU's value of a per-CPU array.
+                // SAFETY: this CPU's entry of the parity, as above.
                 unsafe { (*sketch).counts_full += 1 };
             }
         }

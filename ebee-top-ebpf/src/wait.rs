@@ -16,7 +16,7 @@ use ebee_shared::{
 
 use crate::maps::{
     IO_SHADOW0, IO_SHADOW1, IO_SKETCH, PAIR_SKETCH, SHADOW_ON, WAIT_OFFSETS, WAIT_SHADOW0,
-    WAIT_SHADOW1, WAIT_SKETCH, WAIT_THREADS, global,
+    WAIT_SHADOW1, WAIT_SKETCH, WAIT_THREADS, global, sketch,
 };
 use crate::present;
 
@@ -117,9 +117,9 @@ pub unsafe fn switch_out_of(
     let d = unsafe { switch_out(&mut *seen, &now) };
     let Some(d) = d else {
         if o.wait_valid != 0 {
-            let sk = present(WAIT_SKETCH.get_ptr_mut(parity))?;
-            // SAFETY: this CPU's value of a per-CPU array, written only by this CPU while its
-            // interval is open (see `try_sched_switch`).
+            let sk = present(sketch(&WAIT_SKETCH, s, parity))?;
+            // SAFETY: this CPU's entry of the interval's parity, written only by this CPU while
+            // its interval is open (see `try_sched_switch`).
             unsafe { (*sk).thread_misses += 1 };
         }
         return Ok(0);
@@ -134,7 +134,7 @@ pub unsafe fn switch_out_of(
     if o.offcpu_valid != 0 && d.wait_ns != 0 {
         // Who made it wait: the slices this CPU ran in the wait, by overlap (the wait ended
         // at its switch-in here, and it has held this CPU since).
-        let sk = present(PAIR_SKETCH.get_ptr_mut(parity))?;
+        let sk = present(sketch(&PAIR_SKETCH, s, parity))?;
         // SAFETY: as for the wait sketch below.
         let sk = unsafe { &mut *sk };
         let left = s.ring.blame(d.in_ns, d.wait_ns, |culprit, ns| {
@@ -145,7 +145,7 @@ pub unsafe fn switch_out_of(
         }
     }
     if d.wait_ns | d.io_ns | d.blocked_ns | d.sleep_ns != 0 {
-        let sk = present(WAIT_SKETCH.get_ptr_mut(parity))?;
+        let sk = present(sketch(&WAIT_SKETCH, s, parity))?;
         // SAFETY: as above.
         unsafe {
             (*sk).add(WaitSlot {
@@ -182,7 +182,7 @@ pub unsafe fn switch_out_of(
         }
     }
     if d.read_bytes | d.write_bytes != 0 {
-        let sk = present(IO_SKETCH.get_ptr_mut(parity))?;
+        let sk = present(sketch(&IO_SKETCH, s, parity))?;
         // SAFETY: as above.
         unsafe {
             (*sk).add(IoSlot {

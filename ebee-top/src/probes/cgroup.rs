@@ -5,7 +5,7 @@
 
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, PerCpuHashMap},
+    maps::{MapData, PerCpuHashMap},
 };
 use ebee_shared::{
     cgroup::{CgOffsets, CgSketch},
@@ -18,8 +18,8 @@ use foldhash::{HashMap, HashMapExt as _};
 
 use super::btf::Btf;
 use super::cpu::{CpuCharge, Merge};
-use super::percpu::SlotBuf;
-use super::{ProbeConfig, ProbeError, classify, take_map};
+use super::mmap_array::SketchArray;
+use super::{ProbeConfig, ProbeError, classify, take_map, take_sketch};
 use crate::os::cgroup::{CgroupFs, Kind};
 
 /// The load chain task -> cgroup key for the hierarchy `fs` (off when None, or when the kernel
@@ -97,14 +97,18 @@ pub struct CgRaw {
 
 /// The maps, taken out of the object.
 pub(super) struct CgMaps {
-    sketch: PerCpuArray<MapData, CgSketch>,
+    sketch: SketchArray<CgSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, [u64; 2]>; 2]>,
-    threads: PerCpuArray<MapData, ThreadSketch>,
+    threads: SketchArray<ThreadSketch>,
     thread_shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
 }
 
 impl CgMaps {
-    pub(super) fn take(ebpf: &mut Ebpf, cfg: ProbeConfig) -> Result<Self, ProbeError> {
+    pub(super) fn take(
+        ebpf: &mut Ebpf,
+        cfg: ProbeConfig,
+        ncpus: usize,
+    ) -> Result<Self, ProbeError> {
         let (shadow, thread_shadow) = if cfg.shadow {
             (
                 Some([
@@ -120,9 +124,9 @@ impl CgMaps {
             (None, None)
         };
         Ok(Self {
-            sketch: take_map(ebpf, map_names::CG_SKETCH, PerCpuArray::try_from)?,
+            sketch: take_sketch(ebpf, map_names::CG_SKETCH, ncpus)?,
             shadow,
-            threads: take_map(ebpf, map_names::THREAD_SKETCH, PerCpuArray::try_from)?,
+            threads: take_sketch(ebpf, map_names::THREAD_SKETCH, ncpus)?,
             thread_shadow,
         })
     }
@@ -131,8 +135,6 @@ impl CgMaps {
 /// Userspace state of the cgroups and threads parts between drains.
 pub(super) struct CgDrain {
     maps: CgMaps,
-    sketch_buf: SlotBuf<CgSketch>,
-    threads_buf: SlotBuf<ThreadSketch>,
     /// Drains left that may find the thread sketch written: set while the per-thread mode is
     /// asked for, counted down after (the slot written last is drained within two).
     threads_dirty: u8,
@@ -144,11 +146,9 @@ pub(super) struct CgDrain {
 }
 
 impl CgDrain {
-    pub(super) fn new(maps: CgMaps, ncpus: usize, on: bool) -> Self {
+    pub(super) fn new(maps: CgMaps, on: bool) -> Self {
         Self {
             maps,
-            sketch_buf: SlotBuf::new(ncpus),
-            threads_buf: SlotBuf::new(ncpus),
             threads_dirty: 0,
             on,
             threads_want: false,
@@ -173,10 +173,10 @@ impl CgDrain {
         let p = parity & 1;
         let mut raw = CgRaw::default();
         if self.on {
-            let sk = self
-                .sketch_buf
-                .read(&self.maps.sketch, p)
-                .map_err(classify("reading CG_SKETCH"))?;
+            // SAFETY: `sched_switch` writes these under the CPU pipeline's epoch, and the CPU
+            // drain has seen every CPU move past parity `p`; none writes it again before the
+            // flip after next (the same for each `closed` and `clear` below).
+            let sk = unsafe { self.maps.sketch.closed(p) };
             let mut by: HashMap<u32, (u64, u64)> = HashMap::new();
             for s in sk {
                 raw.evictions += s.evictions;
@@ -190,9 +190,8 @@ impl CgDrain {
                 }
             }
             raw.cgroups = rows(by);
-            self.sketch_buf
-                .clear(&self.maps.sketch, p)
-                .map_err(classify("clearing CG_SKETCH"))?;
+            // SAFETY: as above.
+            unsafe { self.maps.sketch.clear(p) };
             if let Some(sh) = self.maps.shadow.as_mut() {
                 let map = &mut sh[p as usize];
                 let keys: Vec<u32> = map
@@ -223,10 +222,8 @@ impl CgDrain {
         }
         if self.threads_dirty > 0 {
             self.threads_dirty -= 1;
-            let ts = self
-                .threads_buf
-                .read(&self.maps.threads, p)
-                .map_err(classify("reading THREAD_SKETCH"))?;
+            // SAFETY: as above.
+            let ts = unsafe { self.maps.threads.closed(p) };
             let written = ts.iter().any(|s| s.updates != 0);
             if report {
                 let unit = 1u64 << bins.unit_shift;
@@ -241,9 +238,8 @@ impl CgDrain {
                 raw.threads = Some(m.into_rows());
             }
             if written {
-                self.threads_buf
-                    .clear(&self.maps.threads, p)
-                    .map_err(classify("clearing THREAD_SKETCH"))?;
+                // SAFETY: as above.
+                unsafe { self.maps.threads.clear(p) };
             }
         }
         if let Some(sh) = self.maps.thread_shadow.as_mut() {

@@ -16,7 +16,10 @@ use aya::{
     maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use ebee_shared::{
-    cpu::{BURST_BINS, BinCfg, CpuFlipArgs, CpuSketch, CpuSlot, CpuState, CpuTrace, bin_lane},
+    cpu::{
+        BURST_BINS, BinCfg, CpuFlipArgs, CpuSketch, CpuSlot, CpuState, CpuTrace, bin_lane,
+        sketch_entry,
+    },
     ctl, map_names,
 };
 // foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
@@ -25,7 +28,7 @@ use foldhash::HashMap;
 
 use super::flip::Flipper;
 use super::kick::Kickers;
-use super::percpu::SlotBuf;
+use super::mmap_array::SketchArray;
 use super::{ProbeConfig, ProbeError, take_map};
 
 /// Kick a CPU's thread again after this long without a switch there.
@@ -224,9 +227,8 @@ impl Stragglers {
 /// Userspace state of the CPU pipeline between drains.
 pub(super) struct CpuDrain {
     state: PerCpuArray<MapData, CpuState>,
-    sketch: PerCpuArray<MapData, CpuSketch>,
-    /// The closed sketch of every CPU, read into the same buffer each drain.
-    sketch_buf: SlotBuf<CpuSketch>,
+    /// Every CPU's sketch of each parity, mapped: the closed ones are read in place.
+    sketch: SketchArray<CpuSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
     trace: Option<RingBuf<MapData>>,
     pending_trace: Vec<CpuTrace>,
@@ -249,15 +251,19 @@ pub(super) struct CpuDrain {
 /// The pieces [`CpuDrain::new`] takes over.
 pub(super) struct CpuMaps {
     pub state: PerCpuArray<MapData, CpuState>,
-    pub sketch: PerCpuArray<MapData, CpuSketch>,
+    pub sketch: SketchArray<CpuSketch>,
     pub shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
     pub trace: Option<RingBuf<MapData>>,
 }
 
 impl CpuMaps {
     /// Take the CPU pipeline's maps out of the object (the shadow and the trace only when
-    /// `cfg` asks for them).
-    pub(super) fn take(ebpf: &mut Ebpf, cfg: ProbeConfig) -> Result<Self, ProbeError> {
+    /// `cfg` asks for them), for `ncpus` possible CPUs.
+    pub(super) fn take(
+        ebpf: &mut Ebpf,
+        cfg: ProbeConfig,
+        ncpus: usize,
+    ) -> Result<Self, ProbeError> {
         let shadow = if cfg.shadow {
             Some([
                 take_map(ebpf, map_names::CPU_SHADOW0, PerCpuHashMap::try_from)?,
@@ -273,7 +279,7 @@ impl CpuMaps {
         };
         Ok(Self {
             state: take_map(ebpf, map_names::CPU_STATE, PerCpuArray::try_from)?,
-            sketch: take_map(ebpf, map_names::CPU_SKETCH, PerCpuArray::try_from)?,
+            sketch: super::take_sketch(ebpf, map_names::CPU_SKETCH, ncpus)?,
             shadow,
             trace,
         })
@@ -291,7 +297,6 @@ impl CpuDrain {
         Self {
             state: maps.state,
             sketch: maps.sketch,
-            sketch_buf: SlotBuf::new(ncpus),
             shadow: maps.shadow,
             trace: maps.trace,
             pending_trace: Vec::new(),
@@ -308,14 +313,19 @@ impl CpuDrain {
 
     /// Before attaching: every CPU writes interval `epoch`. No slice is known yet (`last_ts`
     /// 0), so each CPU's first switch only starts the clock; a kick makes it happen at once.
+    /// Each CPU learns its entries in the sketch arrays here.
     pub(super) fn prime(&mut self) -> Result<(), aya::maps::MapError> {
-        let st = CpuState {
-            epoch: self.epoch,
-            bins: self.bins,
-            ..Default::default()
-        };
-        let values = aya::maps::PerCpuValues::try_from(vec![st; self.ncpus])
-            .map_err(aya::maps::MapError::from)?;
+        let n = self.ncpus as u32;
+        let states: Vec<CpuState> = (0..n)
+            .map(|cpu| CpuState {
+                epoch: self.epoch,
+                bins: self.bins,
+                entry: [sketch_entry(0, cpu, n), sketch_entry(1, cpu, n)],
+                ..Default::default()
+            })
+            .collect();
+        let values =
+            aya::maps::PerCpuValues::try_from(states).map_err(aya::maps::MapError::from)?;
         self.state.set(0, values, 0)
     }
 
@@ -433,7 +443,9 @@ impl CpuDrain {
         let (failed, idle_moved) = self.close_all(new_epoch)?;
 
         // 2. The closed interval's sketches, then clear them for reuse two flips from now.
-        let sketches = self.sketch_buf.read(&self.sketch, old_parity)?;
+        // SAFETY: every CPU has moved to the new interval (`close_all`), so none writes the
+        // old parity's sketches until the flip after next, long after this drain.
+        let sketches = unsafe { self.sketch.closed(old_parity) };
 
         let mut raw = RawInterval {
             start_ns,
@@ -451,7 +463,8 @@ impl CpuDrain {
         }
         raw.rows = merge_sketches(sketches, bins);
         let kept = self.trace.is_some().then(|| sketches.to_vec());
-        self.sketch_buf.clear(&self.sketch, old_parity)?;
+        // SAFETY: as for `closed`; the borrow of the sketches has ended.
+        unsafe { self.sketch.clear(old_parity) };
 
         // 3. The exact shadow.
         if let Some(shadow) = self.shadow.as_mut() {

@@ -51,20 +51,21 @@ impl Probes {
         drop(blob);
         let ncpus =
             aya::util::nr_cpus().map_err(|(what, e)| ProbeError::Other(format!("{what}: {e}")))?;
-        let mut ebpf = load_object(cfg, &layout)?;
+        let mut ebpf = load_object(cfg, &layout, ncpus)?;
 
         // Each pipeline takes its own maps.
         let mut ctl: Array<MapData, Ctl> = take_map(&mut ebpf, map_names::CTL, Array::try_from)?;
         let drops = take_map(&mut ebpf, map_names::DROPS, PerCpuArray::try_from)?;
-        let cpu_maps = cpu::CpuMaps::take(&mut ebpf, cfg)?;
+        let cpu_maps = cpu::CpuMaps::take(&mut ebpf, cfg, ncpus)?;
         let lifecycle = lifecycle::LifecycleReader::take(&mut ebpf)?;
-        let wait = wait::WaitDrain::new(
-            wait::WaitMaps::take(&mut ebpf, cfg, layout.wait.offcpu_valid != 0)?,
+        let wait = wait::WaitDrain::new(wait::WaitMaps::take(
+            &mut ebpf,
+            cfg,
+            layout.wait.offcpu_valid != 0,
             ncpus,
-        );
+        )?);
         let cgroups = cgroup::CgDrain::new(
-            cgroup::CgMaps::take(&mut ebpf, cfg)?,
-            ncpus,
+            cgroup::CgMaps::take(&mut ebpf, cfg, ncpus)?,
             cgroup_fs.is_some(),
         );
         let with_servers = layout.has_servers() && !cfg.no_servers;
@@ -72,12 +73,12 @@ impl Probes {
         // kernel's verifier refuses turns its pipeline off (with the verifier's reason), never
         // the whole run.
         let srv_maps = if with_servers {
-            Some(servers::ServerMaps::take(&mut ebpf)?)
+            Some(servers::ServerMaps::take(&mut ebpf, ncpus)?)
         } else {
             None
         };
         let mem_maps = if layout.has_mem() {
-            Some(mem::MemMaps::take(&mut ebpf, cfg)?)
+            Some(mem::MemMaps::take(&mut ebpf, cfg, ncpus)?)
         } else {
             None
         };
@@ -100,7 +101,10 @@ impl Probes {
         write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
         let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
         let mut cpu = cpu::CpuDrain::new(cpu_maps, cpu_flipper, ncpus, epoch, bins);
-        let mem = mem_maps.map(|m| mem::MemDrain::new(m, ncpus, epoch));
+        let mem = match mem_maps {
+            Some(m) => Some(mem::MemDrain::new(m, ncpus, epoch).map_err(classify("MEM_CPU"))?),
+            None => None,
+        };
         cpu.prime().map_err(classify("priming CPU state"))?;
 
         // The listening ports are marked before the socket programs see any traffic.
@@ -231,7 +235,7 @@ fn pipelines_off_by_layout(
 /// Load the object (maps created, no program loaded yet) with its globals set from `cfg` and
 /// the kernel's layout.
 /// aya gets no target BTF: the object has no CO-RE relocations (`loader` explains).
-fn load_object(cfg: ProbeConfig, layout: &KernelLayout) -> Result<Ebpf, ProbeError> {
+fn load_object(cfg: ProbeConfig, layout: &KernelLayout, ncpus: usize) -> Result<Ebpf, ProbeError> {
     let shadow_on = u32::from(cfg.shadow);
     let trace_on = u32::from(cfg.trace);
     let mut loader = loader::new();
@@ -255,6 +259,12 @@ fn load_object(cfg: ProbeConfig, layout: &KernelLayout) -> Result<Ebpf, ProbeErr
         .override_global(global_names::MEM_OFFSETS, &layout.mem, true)
         .override_global(global_names::WAIT_OFFSETS, &layout.wait, true)
         .override_global(global_names::SRV_OFFSETS, &layout.servers, true);
+    // One sketch per (CPU, parity), read in place through a mapping (`mmap_array`).
+    let entries = u32::try_from(2 * ncpus)
+        .map_err(|_| ProbeError::Other(format!("{ncpus} possible CPUs")))?;
+    for m in SKETCH_ARRAYS {
+        loader.map_max_entries(m, entries);
+    }
     if !cfg.shadow {
         // Unused maps still take memory; make them as small as the kernel allows.
         for m in [
@@ -280,6 +290,19 @@ fn load_object(cfg: ProbeConfig, layout: &KernelLayout) -> Result<Ebpf, ProbeErr
     }
     loader.load(OBJECT).map_err(classify("loading eBPF object"))
 }
+
+/// The sketch arrays with one entry per (CPU, parity) (`ebee_shared::cpu::sketch_entry`).
+const SKETCH_ARRAYS: [&str; 9] = [
+    map_names::CPU_SKETCH,
+    map_names::MEM_SKETCH,
+    map_names::SRV_SKETCH,
+    map_names::NET_SKETCH,
+    map_names::THREAD_SKETCH,
+    map_names::CG_SKETCH,
+    map_names::WAIT_SKETCH,
+    map_names::IO_SKETCH,
+    map_names::PAIR_SKETCH,
+];
 
 /// The always-on tp_btf programs and their tracepoints: three for the CPU pipeline and the
 /// process lifecycle, one for memory, three for the servers.

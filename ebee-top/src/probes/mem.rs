@@ -10,14 +10,14 @@ use aya::{
     maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot, MemTrace};
-use ebee_shared::{ctl, map_names};
+use ebee_shared::{cpu::sketch_entry, ctl, map_names};
 // foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
 // flood an attacker can aim, and its RandomState is still seeded per process.
 use foldhash::{HashMap, HashMapExt as _};
 
 use super::btf::Btf;
-use super::percpu::SlotBuf;
-use super::{ProbeConfig, ProbeError, take_map};
+use super::mmap_array::SketchArray;
+use super::{ProbeConfig, ProbeError, take_map, take_sketch};
 
 /// `mm_struct`/`task_struct` offsets and `mm_counters` values for `rss_stat`, from BTF.
 /// `valid` is 0 when something is missing (the memory pipeline is then not attached).
@@ -124,8 +124,8 @@ pub fn still_writing(first: u64, now: u64) -> bool {
 
 pub(super) struct MemDrain {
     cpu: PerCpuArray<MapData, MemCpu>,
-    sketch: PerCpuArray<MapData, MemSketch>,
-    sketch_buf: SlotBuf<MemSketch>,
+    /// Every CPU's sketch of each parity, mapped: the closed ones are read in place.
+    sketch: SketchArray<MemSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
     trace: Option<RingBuf<MapData>>,
     pending_trace: Vec<MemTrace>,
@@ -138,15 +138,19 @@ pub(super) struct MemDrain {
 /// The maps [`MemDrain::new`] takes over.
 pub(super) struct MemMaps {
     cpu: PerCpuArray<MapData, MemCpu>,
-    sketch: PerCpuArray<MapData, MemSketch>,
+    sketch: SketchArray<MemSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
     trace: Option<RingBuf<MapData>>,
 }
 
 impl MemMaps {
     /// Take the memory pipeline's maps out of the object (the shadow and the trace only when
-    /// `cfg` asks for them).
-    pub(super) fn take(ebpf: &mut Ebpf, cfg: ProbeConfig) -> Result<Self, ProbeError> {
+    /// `cfg` asks for them), for `ncpus` possible CPUs.
+    pub(super) fn take(
+        ebpf: &mut Ebpf,
+        cfg: ProbeConfig,
+        ncpus: usize,
+    ) -> Result<Self, ProbeError> {
         let shadow = if cfg.shadow {
             Some([
                 take_map(ebpf, map_names::MEM_SHADOW0, PerCpuHashMap::try_from)?,
@@ -162,7 +166,7 @@ impl MemMaps {
         };
         Ok(Self {
             cpu: take_map(ebpf, map_names::MEM_CPU, PerCpuArray::try_from)?,
-            sketch: take_map(ebpf, map_names::MEM_SKETCH, PerCpuArray::try_from)?,
+            sketch: take_sketch(ebpf, map_names::MEM_SKETCH, ncpus)?,
             shadow,
             trace,
         })
@@ -170,17 +174,31 @@ impl MemMaps {
 }
 
 impl MemDrain {
-    pub(super) fn new(maps: MemMaps, ncpus: usize, epoch: u64) -> Self {
-        Self {
+    /// Before attaching: each CPU learns its entries in the sketch array.
+    pub(super) fn new(
+        mut maps: MemMaps,
+        ncpus: usize,
+        epoch: u64,
+    ) -> Result<Self, aya::maps::MapError> {
+        let n = ncpus as u32;
+        let states: Vec<MemCpu> = (0..n)
+            .map(|cpu| MemCpu {
+                entry: [sketch_entry(0, cpu, n), sketch_entry(1, cpu, n)],
+                ..Default::default()
+            })
+            .collect();
+        let values =
+            aya::maps::PerCpuValues::try_from(states).map_err(aya::maps::MapError::from)?;
+        maps.cpu.set(0, values, 0)?;
+        Ok(Self {
             cpu: maps.cpu,
             sketch: maps.sketch,
-            sketch_buf: SlotBuf::new(ncpus),
             shadow: maps.shadow,
             trace: maps.trace,
             pending_trace: Vec::new(),
             totals: (0, 0),
             epoch,
-        }
+        })
     }
 
     /// The flip to `new_epoch` has just closed the interval being written: collect it.
@@ -217,7 +235,11 @@ impl MemDrain {
         }
 
         let parity = old_parity & 1;
-        let sketches = self.sketch_buf.read(&self.sketch, parity)?;
+        // SAFETY: after the flip, every CPU either is not inside `rss_stat` or has left the
+        // run it was in (the `seq` handshake above), and any later run writes the new parity;
+        // none writes this one before the flip after next. (A CPU the handshake timed out on
+        // is counted in `handshake_timeouts`, as before.)
+        let sketches = unsafe { self.sketch.closed(parity) };
         for sk in sketches {
             raw.updates += sk.updates;
             raw.evictions += sk.evictions;
@@ -227,7 +249,8 @@ impl MemDrain {
         }
         raw.readings = merge_slots(sketches.iter().flat_map(|s| s.stages.iter().flatten()));
         let kept = self.trace.is_some().then(|| sketches.to_vec());
-        self.sketch_buf.clear(&self.sketch, parity)?;
+        // SAFETY: as for `closed`; the borrow of the sketches has ended.
+        unsafe { self.sketch.clear(parity) };
 
         if let Some(shadow) = self.shadow.as_mut() {
             let map = &mut shadow[parity as usize];

@@ -7,8 +7,8 @@
 //!
 //! `layout` and `load` are the steps of loading; each pipeline (`cpu`, `mem`, `qos`,
 //! `lifecycle`) takes its own maps and drains them; `flip` and `kick` close intervals; `sys`
-//! (the one raw bpf(2) call), `raw_array` and `percpu` serve them; `maps` reports map memory; `bench`
-//! holds the benchmark-only floor programs.
+//! (the one raw bpf(2) call), `raw_array` and `mmap_array` (the sketches, read in place)
+//! serve them; `maps` reports map memory; `bench` holds the benchmark-only floor programs.
 
 mod bench;
 pub mod btf;
@@ -22,7 +22,7 @@ mod load;
 mod loader;
 mod maps;
 pub mod mem;
-mod percpu;
+mod mmap_array;
 pub mod pipelines;
 pub mod preflight;
 pub mod qos;
@@ -464,4 +464,13 @@ fn take_map<T, E: std::error::Error + 'static>(
         .take_map(name)
         .ok_or_else(|| ProbeError::Other(format!("eBPF object has no map {name}")))?;
     conv(m).map_err(classify(name))
+}
+
+/// Take the per-(CPU, parity) sketch array `name` out of the object and map it.
+fn take_sketch<V: aya::Pod + Default>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    ncpus: usize,
+) -> Result<mmap_array::SketchArray<V>, ProbeError> {
+    take_map(ebpf, name, |m| mmap_array::SketchArray::new(m, name, ncpus))
 }

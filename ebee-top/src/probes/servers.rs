@@ -21,8 +21,8 @@ use ebee_shared::servers::{
 use foldhash::{HashMap, HashMapExt as _, HashSet};
 
 use super::btf::Btf;
-use super::percpu::SlotBuf;
-use super::{ProbeError, classify, take_map};
+use super::mmap_array::SketchArray;
+use super::{ProbeError, classify, take_map, take_sketch};
 
 /// `struct sock` offsets, from BTF; `valid` 0 when one is missing.
 pub fn offsets(btf: &Btf) -> SrvOffsets {
@@ -227,8 +227,8 @@ impl HistSlots {
 
 /// The pipeline's maps.
 pub(super) struct ServerMaps {
-    srv: PerCpuArray<MapData, SrvSketch>,
-    net: PerCpuArray<MapData, NetSketch>,
+    srv: SketchArray<SrvSketch>,
+    net: SketchArray<NetSketch>,
     hist: PerCpuArray<MapData, SrvHist>,
     slot_of: Array<MapData, u64>,
     conn_count: BpfHashMap<MapData, u32, i64>,
@@ -237,10 +237,10 @@ pub(super) struct ServerMaps {
 }
 
 impl ServerMaps {
-    pub(super) fn take(ebpf: &mut Ebpf) -> Result<Self, ProbeError> {
+    pub(super) fn take(ebpf: &mut Ebpf, ncpus: usize) -> Result<Self, ProbeError> {
         Ok(Self {
-            srv: take_map(ebpf, map_names::SRV_SKETCH, PerCpuArray::try_from)?,
-            net: take_map(ebpf, map_names::NET_SKETCH, PerCpuArray::try_from)?,
+            srv: take_sketch(ebpf, map_names::SRV_SKETCH, ncpus)?,
+            net: take_sketch(ebpf, map_names::NET_SKETCH, ncpus)?,
             hist: take_map(ebpf, map_names::SRV_HIST, PerCpuArray::try_from)?,
             slot_of: take_map(ebpf, map_names::SRV_SLOT_OF, Array::try_from)?,
             conn_count: take_map(ebpf, map_names::SRV_CONN_COUNT, BpfHashMap::try_from)?,
@@ -258,8 +258,6 @@ const CONNS_TTL: Duration = Duration::from_secs(1);
 pub(super) struct ServerDrain {
     maps: ServerMaps,
     ncpus: usize,
-    srv_buf: SlotBuf<SrvSketch>,
-    net_buf: SlotBuf<NetSketch>,
     slots: HistSlots,
     /// Open connections per server as last read, and when.
     conns: HashMap<u32, u64>,
@@ -271,8 +269,6 @@ impl ServerDrain {
         let mut d = Self {
             maps,
             ncpus,
-            srv_buf: SlotBuf::new(ncpus),
-            net_buf: SlotBuf::new(ncpus),
             slots: HistSlots::default(),
             conns: HashMap::new(),
             conns_read: None,
@@ -332,10 +328,10 @@ impl ServerDrain {
             self.quiesce()?;
         }
         let m = &mut self.maps;
-        let srv = self
-            .srv_buf
-            .read(&m.srv, p)
-            .map_err(classify("reading SRV_SKETCH"))?;
+        // SAFETY: the socket programs write the parity of their CPU's epoch, and every CPU has
+        // moved past `p` (the CPU drain) and left any run an IPI interrupted (`quiesce`); none
+        // writes `p` before the flip after next (the same for each `closed` and `clear` below).
+        let srv = unsafe { m.srv.closed(p) };
         let mut raw = ServersRaw {
             servers: merge_servers(srv),
             ..Default::default()
@@ -348,22 +344,18 @@ impl ServerDrain {
             raw.conns_full += s.conns_full;
             raw.counts_full += s.counts_full;
         }
-        self.srv_buf
-            .clear(&m.srv, p)
-            .map_err(classify("clearing SRV_SKETCH"))?;
-        let net = self
-            .net_buf
-            .read(&m.net, p)
-            .map_err(classify("reading NET_SKETCH"))?;
+        // SAFETY: as above.
+        unsafe { m.srv.clear(p) };
+        // SAFETY: as above.
+        let net = unsafe { m.net.closed(p) };
         raw.net = merge_net(net);
         for s in net {
             raw.net_evictions += s.evictions;
             raw.net_evicted_bytes += s.evicted_bytes;
             raw.net_updates += s.updates;
         }
-        self.net_buf
-            .clear(&m.net, p)
-            .map_err(classify("clearing NET_SKETCH"))?;
+        // SAFETY: as above.
+        unsafe { m.net.clear(p) };
         // Histograms of the slots in use: attributed to their owner unless the slot changed
         // hands while the interval was open. A slot holds latencies only of requests the
         // sketch counted, so an owner with no row has an empty one (unless the sketch evicted

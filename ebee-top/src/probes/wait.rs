@@ -7,14 +7,14 @@ use std::collections::HashMap;
 
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, PerCpuHashMap},
+    maps::{MapData, PerCpuHashMap},
 };
 use ebee_shared::map_names;
 use ebee_shared::wait::{IoSketch, PairSketch, WaitOffsets, WaitSketch};
 
 use super::btf::Btf;
-use super::percpu::SlotBuf;
-use super::{ProbeConfig, ProbeError, classify, take_map};
+use super::mmap_array::SketchArray;
+use super::{ProbeConfig, ProbeError, classify, take_map, take_sketch};
 
 /// `task_struct` offsets for waits and disk I/O, from BTF. Each half is off (`*_valid` 0) when
 /// the kernel lacks its fields: `sched_info` without CONFIG_SCHED_INFO, `ioac` without
@@ -199,10 +199,10 @@ fn io_rows(by: HashMap<u32, (u64, u64)>) -> Vec<IoCharge> {
 
 /// The pipeline's maps (the shadows only when `cfg` asks for them).
 pub(super) struct WaitMaps {
-    wait: PerCpuArray<MapData, WaitSketch>,
-    io: PerCpuArray<MapData, IoSketch>,
+    wait: SketchArray<WaitSketch>,
+    io: SketchArray<IoSketch>,
     /// Only while the off-CPU split is on (nothing writes it otherwise).
-    pair: Option<PerCpuArray<MapData, PairSketch>>,
+    pair: Option<SketchArray<PairSketch>>,
     wait_shadow: Option<[PerCpuHashMap<MapData, u32, [u64; 4]>; 2]>,
     io_shadow: Option<[PerCpuHashMap<MapData, u32, [u64; 2]>; 2]>,
 }
@@ -212,6 +212,7 @@ impl WaitMaps {
         ebpf: &mut Ebpf,
         cfg: ProbeConfig,
         culprits: bool,
+        ncpus: usize,
     ) -> Result<Self, ProbeError> {
         let (wait_shadow, io_shadow) = if cfg.shadow {
             (
@@ -228,14 +229,10 @@ impl WaitMaps {
             (None, None)
         };
         Ok(Self {
-            wait: take_map(ebpf, map_names::WAIT_SKETCH, PerCpuArray::try_from)?,
-            io: take_map(ebpf, map_names::IO_SKETCH, PerCpuArray::try_from)?,
+            wait: take_sketch(ebpf, map_names::WAIT_SKETCH, ncpus)?,
+            io: take_sketch(ebpf, map_names::IO_SKETCH, ncpus)?,
             pair: if culprits {
-                Some(take_map(
-                    ebpf,
-                    map_names::PAIR_SKETCH,
-                    PerCpuArray::try_from,
-                )?)
+                Some(take_sketch(ebpf, map_names::PAIR_SKETCH, ncpus)?)
             } else {
                 None
             },
@@ -248,19 +245,11 @@ impl WaitMaps {
 /// Userspace state of the pipeline between drains.
 pub(super) struct WaitDrain {
     maps: WaitMaps,
-    wait_buf: SlotBuf<WaitSketch>,
-    io_buf: SlotBuf<IoSketch>,
-    pair_buf: SlotBuf<PairSketch>,
 }
 
 impl WaitDrain {
-    pub(super) fn new(maps: WaitMaps, ncpus: usize) -> Self {
-        Self {
-            maps,
-            wait_buf: SlotBuf::new(ncpus),
-            io_buf: SlotBuf::new(ncpus),
-            pair_buf: SlotBuf::new(ncpus),
-        }
+    pub(super) fn new(maps: WaitMaps) -> Self {
+        Self { maps }
     }
 
     /// Read and clear the interval of parity `old_parity`. Only after the CPU drain has seen
@@ -268,10 +257,10 @@ impl WaitDrain {
     pub(super) fn drain(&mut self, old_parity: u32) -> Result<WaitRaw, ProbeError> {
         let p = old_parity & 1;
         let m = &mut self.maps;
-        let wait = self
-            .wait_buf
-            .read(&m.wait, p)
-            .map_err(classify("reading WAIT_SKETCH"))?;
+        // SAFETY: `sched_switch` writes these under the CPU pipeline's epoch, and the CPU drain
+        // has seen every CPU move past parity `p`; none writes it again before the flip after
+        // next (the same for each `closed` and `clear` below).
+        let wait = unsafe { m.wait.closed(p) };
         let mut raw = WaitRaw {
             wait: merge_wait(wait),
             ..Default::default()
@@ -284,13 +273,10 @@ impl WaitDrain {
             raw.thread_misses += s.thread_misses;
             raw.shadow_full += s.shadow_full;
         }
-        self.wait_buf
-            .clear(&m.wait, p)
-            .map_err(classify("clearing WAIT_SKETCH"))?;
-        let io = self
-            .io_buf
-            .read(&m.io, p)
-            .map_err(classify("reading IO_SKETCH"))?;
+        // SAFETY: as above.
+        unsafe { m.wait.clear(p) };
+        // SAFETY: as above.
+        let io = unsafe { m.io.closed(p) };
         raw.io = merge_io(io);
         for s in io {
             raw.io_evictions += s.evictions;
@@ -298,14 +284,11 @@ impl WaitDrain {
             raw.io_updates += s.updates;
             raw.shadow_full += s.shadow_full;
         }
-        self.io_buf
-            .clear(&m.io, p)
-            .map_err(classify("clearing IO_SKETCH"))?;
-        if let Some(pair) = &m.pair {
-            let sk = self
-                .pair_buf
-                .read(pair, p)
-                .map_err(classify("reading PAIR_SKETCH"))?;
+        // SAFETY: as above.
+        unsafe { m.io.clear(p) };
+        if let Some(pair) = m.pair.as_mut() {
+            // SAFETY: as above.
+            let sk = unsafe { pair.closed(p) };
             raw.pairs = merge_pairs(sk);
             for s in sk {
                 raw.attributed_ns += s.attributed_ns;
@@ -314,9 +297,8 @@ impl WaitDrain {
                 raw.pair_evictions += s.evictions;
                 raw.pair_evicted_ns += s.evicted_ns;
             }
-            self.pair_buf
-                .clear(pair, p)
-                .map_err(classify("clearing PAIR_SKETCH"))?;
+            // SAFETY: as above.
+            unsafe { pair.clear(p) };
         }
         if let Some(sh) = m.wait_shadow.as_mut() {
             let map = &mut sh[p as usize];
