@@ -389,6 +389,31 @@ fn command_cell(
     }
 }
 
+/// `text` cut after its (`width` + 2)-th printable ASCII character, for a cell at most `width`
+/// columns wide: ratatui measures a cell's whole text on every frame, and a long command line
+/// (thousands of characters) cost more than the rest of its row. The cell looks the same: a
+/// printable ASCII character is in a grapheme of its own with no other (at least a column wide),
+/// and the cut can change only the last grapheme, so the graphemes before it are the whole
+/// text's and already overflow the cell, where drawing stops. Left whole when a control
+/// character comes first (a line break splits a cell's text into lines).
+fn cut_to_width(mut text: String, width: usize) -> String {
+    let mut printable = 0;
+    for (i, b) in text.bytes().enumerate() {
+        match b {
+            b' '..=b'~' => {
+                printable += 1;
+                if printable > width + 1 {
+                    text.truncate(i + 1);
+                    break;
+                }
+            }
+            0..=0x1f | 0x7f => break,
+            _ => {}
+        }
+    }
+    text
+}
+
 fn command_text(e: &ProcEntry, threads: bool, cmd_width: usize) -> String {
     let mark = if e.exited() { "(exited) " } else { "" };
     let (pre, post) = if threads {
@@ -563,12 +588,15 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                         let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii);
                         Cell::from(Line::from(Span::styled(burst, c.burst())))
                     }
-                    Drawn::Command => Cell::from(command_cell(
-                        e,
-                        tr.map(|r| (r, level_w)),
-                        threads,
-                        cols.cmd_width,
-                        t.ascii,
+                    Drawn::Command => Cell::from(cut_to_width(
+                        command_cell(
+                            e,
+                            tr.map(|r| (r, level_w)),
+                            threads,
+                            cols.cmd_width,
+                            t.ascii,
+                        ),
+                        usize::from(area.width),
                     )),
                     Drawn::Nice => stat(3, st.map(|s| s.nice.to_string())),
                     Drawn::Pri => stat(
@@ -650,4 +678,53 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         .row_highlight_style(c.selected());
     let mut state = TableState::default().with_selected(Some(app.selected));
     f.render_stateful_widget(table, area, &mut state);
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::{buffer::Buffer, layout::Rect, widgets::Widget};
+
+    use super::cut_to_width;
+
+    /// A cell drawn from the cut text is the cell drawn from the whole text, at every width,
+    /// with wide, combining, zero-width, emoji, flag and control characters around the cut.
+    #[test]
+    fn a_cut_command_draws_the_same_cell() {
+        let texts = [
+            "/usr/bin/python3 -m http.server 8000 --bind 127.0.0.1",
+            "e\u{301}e\u{301}abcdefghe\u{301}\u{302}\u{303}xyz e\u{301}",
+            "\u{2502} \u{251c}\u{2500}(exited) rustc --crate-name x --edition=2021 src/lib.rs",
+            "\u{6f22}\u{5b57}a\u{6f22}b\u{5b57}cd\u{6f22}efg\u{5b57}hij\u{6f22}klmnop",
+            "ab#\u{fe0f}\u{20e3}cd1\u{fe0f}\u{20e3}ef\u{1f600}gh\u{1f44d}\u{1f3fd}ijklmnop",
+            "a\u{1f1eb}\u{1f1f7}b\u{1f1e9}\u{1f1ea}cdefghijklmnopqrstuvwxyz",
+            "abc\u{200b}def\u{200d}ghi\u{600}jkl\u{feff}mno\u{85}pqrstuvwxyz",
+            "abcdefgh\nijklmnopqrstuvwxyz",
+            "abcdefghijklm\r\nnopqrstuvwxyz",
+            "abc\tdefghijklmnopqrstuvwxyz",
+            "abcdefghijklmnopqrstuvwxyz\u{301}\u{301}\u{301}",
+            "\u{301}abcdefghijklmnopqrstuvwxyz",
+            "",
+            "short",
+        ];
+        for text in texts {
+            for width in 1..=30u16 {
+                let draw = |s: String| {
+                    let area = Rect::new(0, 0, width, 1);
+                    let mut buf = Buffer::empty(area);
+                    ratatui::text::Text::from(s).render(area, &mut buf);
+                    buf
+                };
+                let cut = cut_to_width(text.to_owned(), usize::from(width));
+                assert!(cut.len() <= text.len());
+                assert_eq!(
+                    draw(cut.clone()),
+                    draw(text.to_owned()),
+                    "{text:?} at {width}: cut to {cut:?}"
+                );
+            }
+        }
+        // Only the unseen tail goes.
+        let long = "x".repeat(5000);
+        assert_eq!(cut_to_width(long, 200).len(), 202);
+    }
 }
