@@ -473,7 +473,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         Some(rows) => rows.iter().map(|r| (r.entry, Some(r))).collect(),
         None => app.table_rows().into_iter().map(|e| (e, None)).collect(),
     };
-    let rows: Vec<Row> = listed
+    let texts: Vec<(Vec<String>, Style)> = listed
         .into_iter()
         .map(|(e, tr)| {
             let pinned = m.table.is_pinned(&e.key) || e.kernel_pinned;
@@ -508,71 +508,76 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 None => m.servers.net_rate(e.key.pid).unwrap_or_default(),
             };
             let io_cell = |v: f64| {
-                Cell::from(if threads {
+                if threads {
                     format!("{:>6}", "-")
                 } else if m.wait.io_available {
                     format!("{:>6}", rate(v))
                 } else {
                     format!("{:>6}", "n/a")
-                })
+                }
             };
             // Socket bytes are per process too.
             let net_cell = |v: f64| {
-                Cell::from(if threads {
+                if threads {
                     format!("{:>6}", "-")
                 } else if m.servers.available {
                     format!("{:>6}", rate(v))
                 } else {
                     format!("{:>6}", "n/a")
-                })
+                }
             };
             let st = app.stats.get(&e.key);
-            let stat = |w: usize, v: Option<String>| {
-                Cell::from(format!("{:>w$}", v.unwrap_or_else(|| "-".into())))
-            };
-            let cells: Vec<Cell> = cols
+            let stat =
+                |w: usize, v: Option<String>| format!("{:>w$}", v.unwrap_or_else(|| "-".into()));
+            let cells: Vec<String> = cols
                 .drawn
                 .iter()
                 .map(|d| match d {
-                    Drawn::Flag => Cell::from(flag.clone()),
-                    Drawn::Pid => Cell::from(format!("{:>7}", e.key.pid)),
-                    Drawn::User => Cell::from(match e.uid {
+                    Drawn::Flag => flag.clone(),
+                    Drawn::Pid => format!("{:>7}", e.key.pid),
+                    Drawn::User => match e.uid {
                         Some(u) => app.users.get(&u).cloned().unwrap_or_else(|| u.to_string()),
                         None => "?".into(),
-                    }),
-                    Drawn::Cpu => Cell::from(format!("{cpu_pct:>5.1}")),
-                    Drawn::Wait => Cell::from(if threads {
-                        // Waits and disk bytes are measured per process, not per thread.
-                        format!("{:>5}", "-")
-                    } else if waits {
-                        pct5(wait_pct)
-                    } else {
-                        format!("{:>5}", "n/a")
-                    }),
-                    Drawn::Iow => Cell::from(if threads {
-                        // Measured per process, as the waits.
-                        format!("{:>5}", "-")
-                    } else if m.wait.offcpu_available {
-                        pct5(iow_pct)
-                    } else {
-                        format!("{:>5}", "n/a")
-                    }),
-                    Drawn::Hold => Cell::from(if threads {
-                        format!("{:>5}", "-")
-                    } else if m.wait.offcpu_available {
-                        pct5(caused_pct)
-                    } else {
-                        format!("{:>5}", "n/a")
-                    }),
-                    Drawn::Time => Cell::from(format!("{:>8}", super::fmt_ns(total_ns))),
-                    Drawn::Res => Cell::from(match (sums, m.mem.sketch.rss_of(e.tgid)) {
+                    },
+                    Drawn::Cpu => format!("{cpu_pct:>5.1}"),
+                    Drawn::Wait => {
+                        if threads {
+                            // Waits and disk bytes are measured per process, not per thread.
+                            format!("{:>5}", "-")
+                        } else if waits {
+                            pct5(wait_pct)
+                        } else {
+                            format!("{:>5}", "n/a")
+                        }
+                    }
+                    Drawn::Iow => {
+                        if threads {
+                            // Measured per process, as the waits.
+                            format!("{:>5}", "-")
+                        } else if m.wait.offcpu_available {
+                            pct5(iow_pct)
+                        } else {
+                            format!("{:>5}", "n/a")
+                        }
+                    }
+                    Drawn::Hold => {
+                        if threads {
+                            format!("{:>5}", "-")
+                        } else if m.wait.offcpu_available {
+                            pct5(caused_pct)
+                        } else {
+                            format!("{:>5}", "n/a")
+                        }
+                    }
+                    Drawn::Time => format!("{:>8}", super::fmt_ns(total_ns)),
+                    Drawn::Res => match (sums, m.mem.sketch.rss_of(e.tgid)) {
                         (Some(s), _) => match s.rss {
                             Some(b) => format!("{:>6}", bytes(b)),
                             None => format!("{:>6}", "-"),
                         },
                         (None, Some(b)) if !e.exited() => format!("{:>6}", bytes(b)),
                         _ => format!("{:>6}", "-"),
-                    }),
+                    },
                     Drawn::IoSum => io_cell(read_per_s + write_per_s),
                     Drawn::Read => io_cell(read_per_s),
                     Drawn::Write => io_cell(write_per_s),
@@ -582,13 +587,10 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                     Drawn::Cgroup => {
                         let name = crate::model::cgroups::short_name(&e.cgroup);
                         let name = if name.is_empty() { "-" } else { &name };
-                        Cell::from(format!("{name:<18.18}"))
+                        format!("{name:<18.18}")
                     }
-                    Drawn::Burst => {
-                        let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii);
-                        Cell::from(Line::from(Span::styled(burst, c.burst())))
-                    }
-                    Drawn::Command => Cell::from(cut_to_width(
+                    Drawn::Burst => sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii),
+                    Drawn::Command => cut_to_width(
                         command_cell(
                             e,
                             tr.map(|r| (r, level_w)),
@@ -597,7 +599,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                             t.ascii,
                         ),
                         usize::from(area.width),
-                    )),
+                    ),
                     Drawn::Nice => stat(3, st.map(|s| s.nice.to_string())),
                     Drawn::Pri => stat(
                         3,
@@ -619,11 +621,23 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                             .or_else(|| m.lineage.ppid(e.tgid).map(|p| p.to_string())),
                     ),
                     Drawn::Start => {
-                        Cell::from(format!("{:>5}", start_text(app, e.key.start_ticks)))
+                        format!("{:>5}", start_text(app, e.key.start_ticks))
                     }
                 })
                 .collect();
-            Row::new(cells).style(style)
+            (cells, style)
+        })
+        .collect();
+    // The rows borrow their texts: a Cell made from a String copies it twice more (ratatui's
+    // Text and Line take an owned text apart line by line) and drawing copies its Span again.
+    let rows: Vec<Row> = texts
+        .iter()
+        .map(|(cells, style)| {
+            let cells = cols.drawn.iter().zip(cells).map(|(d, s)| match d {
+                Drawn::Burst => Cell::from(Line::from(Span::styled(s.as_str(), c.burst()))),
+                _ => Cell::from(s.as_str()),
+            });
+            Row::new(cells).style(*style)
         })
         .collect();
     let burst_title = if bw >= 24 {
