@@ -363,12 +363,27 @@ impl ProcTable {
         ns: u64,
         interval: u64,
     ) -> Vec<(u64, u64)> {
-        let w = b.bin_width_ns;
         let mut out = Vec::new();
+        self.spread_into(b, bins, ns, interval, &mut out);
+        out
+    }
+
+    /// [`ProcTable::spread`] into `out` (cleared first): the fold keeps a vector per history
+    /// for all its rows rather than allocate one per row and history.
+    pub(super) fn spread_into(
+        &self,
+        b: &Batch,
+        bins: &[u64],
+        ns: u64,
+        interval: u64,
+        out: &mut Vec<(u64, u64)>,
+    ) {
+        out.clear();
+        let w = b.bin_width_ns;
         if bins.is_empty() || w == 0 {
             // No bins (an old recording): the whole interval, evenly.
-            self.spread_span(b.start_ns, b.end_ns, ns, &mut out);
-            return out;
+            self.spread_span(b.start_ns, b.end_ns, ns, out);
+            return;
         }
         let n = bins.len();
         // Saturating: a damaged recording's times can be anything.
@@ -381,9 +396,8 @@ impl ProcTable {
             } else {
                 s.saturating_add(w)
             };
-            self.spread_span(s, e.max(s.saturating_add(1)), v, &mut out);
+            self.spread_span(s, e.max(s.saturating_add(1)), v, out);
         }
-        out
     }
 
     fn spread_span(&self, s: u64, e: u64, v: u64, out: &mut Vec<(u64, u64)>) {
