@@ -389,6 +389,31 @@ fn command_cell(
     }
 }
 
+/// `text` cut after its (`width` + 2)-th printable ASCII character, for a cell at most `width`
+/// columns wide: ratatui measures a cell's whole text on every frame, and a long command line
+/// (thousands of characters) cost more than the rest of its row. The cell looks the same: a
+/// printable ASCII character is in a grapheme of its own with no other (at least a column wide),
+/// and the cut can change only the last grapheme, so the graphemes before it are the whole
+/// text's and already overflow the cell, where drawing stops. Left whole when a control
+/// character comes first (a line break splits a cell's text into lines).
+fn cut_to_width(mut text: String, width: usize) -> String {
+    let mut printable = 0;
+    for (i, b) in text.bytes().enumerate() {
+        match b {
+            b' '..=b'~' => {
+                printable += 1;
+                if printable > width + 1 {
+                    text.truncate(i + 1);
+                    break;
+                }
+            }
+            0..=0x1f | 0x7f => break,
+            _ => {}
+        }
+    }
+    text
+}
+
 fn command_text(e: &ProcEntry, threads: bool, cmd_width: usize) -> String {
     let mark = if e.exited() { "(exited) " } else { "" };
     let (pre, post) = if threads {
@@ -448,7 +473,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         Some(rows) => rows.iter().map(|r| (r.entry, Some(r))).collect(),
         None => app.table_rows().into_iter().map(|e| (e, None)).collect(),
     };
-    let rows: Vec<Row> = listed
+    let texts: Vec<(Vec<String>, Style)> = listed
         .into_iter()
         .map(|(e, tr)| {
             let pinned = m.table.is_pinned(&e.key) || e.kernel_pinned;
@@ -483,71 +508,76 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 None => m.servers.net_rate(e.key.pid).unwrap_or_default(),
             };
             let io_cell = |v: f64| {
-                Cell::from(if threads {
+                if threads {
                     format!("{:>6}", "-")
                 } else if m.wait.io_available {
                     format!("{:>6}", rate(v))
                 } else {
                     format!("{:>6}", "n/a")
-                })
+                }
             };
             // Socket bytes are per process too.
             let net_cell = |v: f64| {
-                Cell::from(if threads {
+                if threads {
                     format!("{:>6}", "-")
                 } else if m.servers.available {
                     format!("{:>6}", rate(v))
                 } else {
                     format!("{:>6}", "n/a")
-                })
+                }
             };
             let st = app.stats.get(&e.key);
-            let stat = |w: usize, v: Option<String>| {
-                Cell::from(format!("{:>w$}", v.unwrap_or_else(|| "-".into())))
-            };
-            let cells: Vec<Cell> = cols
+            let stat =
+                |w: usize, v: Option<String>| format!("{:>w$}", v.unwrap_or_else(|| "-".into()));
+            let cells: Vec<String> = cols
                 .drawn
                 .iter()
                 .map(|d| match d {
-                    Drawn::Flag => Cell::from(flag.clone()),
-                    Drawn::Pid => Cell::from(format!("{:>7}", e.key.pid)),
-                    Drawn::User => Cell::from(match e.uid {
+                    Drawn::Flag => flag.clone(),
+                    Drawn::Pid => format!("{:>7}", e.key.pid),
+                    Drawn::User => match e.uid {
                         Some(u) => app.users.get(&u).cloned().unwrap_or_else(|| u.to_string()),
                         None => "?".into(),
-                    }),
-                    Drawn::Cpu => Cell::from(format!("{cpu_pct:>5.1}")),
-                    Drawn::Wait => Cell::from(if threads {
-                        // Waits and disk bytes are measured per process, not per thread.
-                        format!("{:>5}", "-")
-                    } else if waits {
-                        pct5(wait_pct)
-                    } else {
-                        format!("{:>5}", "n/a")
-                    }),
-                    Drawn::Iow => Cell::from(if threads {
-                        // Measured per process, as the waits.
-                        format!("{:>5}", "-")
-                    } else if m.wait.offcpu_available {
-                        pct5(iow_pct)
-                    } else {
-                        format!("{:>5}", "n/a")
-                    }),
-                    Drawn::Hold => Cell::from(if threads {
-                        format!("{:>5}", "-")
-                    } else if m.wait.offcpu_available {
-                        pct5(caused_pct)
-                    } else {
-                        format!("{:>5}", "n/a")
-                    }),
-                    Drawn::Time => Cell::from(format!("{:>8}", super::fmt_ns(total_ns))),
-                    Drawn::Res => Cell::from(match (sums, m.mem.sketch.rss_of(e.tgid)) {
+                    },
+                    Drawn::Cpu => format!("{cpu_pct:>5.1}"),
+                    Drawn::Wait => {
+                        if threads {
+                            // Waits and disk bytes are measured per process, not per thread.
+                            format!("{:>5}", "-")
+                        } else if waits {
+                            pct5(wait_pct)
+                        } else {
+                            format!("{:>5}", "n/a")
+                        }
+                    }
+                    Drawn::Iow => {
+                        if threads {
+                            // Measured per process, as the waits.
+                            format!("{:>5}", "-")
+                        } else if m.wait.offcpu_available {
+                            pct5(iow_pct)
+                        } else {
+                            format!("{:>5}", "n/a")
+                        }
+                    }
+                    Drawn::Hold => {
+                        if threads {
+                            format!("{:>5}", "-")
+                        } else if m.wait.offcpu_available {
+                            pct5(caused_pct)
+                        } else {
+                            format!("{:>5}", "n/a")
+                        }
+                    }
+                    Drawn::Time => format!("{:>8}", super::fmt_ns(total_ns)),
+                    Drawn::Res => match (sums, m.mem.sketch.rss_of(e.tgid)) {
                         (Some(s), _) => match s.rss {
                             Some(b) => format!("{:>6}", bytes(b)),
                             None => format!("{:>6}", "-"),
                         },
                         (None, Some(b)) if !e.exited() => format!("{:>6}", bytes(b)),
                         _ => format!("{:>6}", "-"),
-                    }),
+                    },
                     Drawn::IoSum => io_cell(read_per_s + write_per_s),
                     Drawn::Read => io_cell(read_per_s),
                     Drawn::Write => io_cell(write_per_s),
@@ -557,19 +587,19 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                     Drawn::Cgroup => {
                         let name = crate::model::cgroups::short_name(&e.cgroup);
                         let name = if name.is_empty() { "-" } else { &name };
-                        Cell::from(format!("{name:<18.18}"))
+                        format!("{name:<18.18}")
                     }
-                    Drawn::Burst => {
-                        let burst = sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii);
-                        Cell::from(Line::from(Span::styled(burst, c.burst())))
-                    }
-                    Drawn::Command => Cell::from(command_cell(
-                        e,
-                        tr.map(|r| (r, level_w)),
-                        threads,
-                        cols.cmd_width,
-                        t.ascii,
-                    )),
+                    Drawn::Burst => sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii),
+                    Drawn::Command => cut_to_width(
+                        command_cell(
+                            e,
+                            tr.map(|r| (r, level_w)),
+                            threads,
+                            cols.cmd_width,
+                            t.ascii,
+                        ),
+                        usize::from(area.width),
+                    ),
                     Drawn::Nice => stat(3, st.map(|s| s.nice.to_string())),
                     Drawn::Pri => stat(
                         3,
@@ -591,11 +621,23 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                             .or_else(|| m.lineage.ppid(e.tgid).map(|p| p.to_string())),
                     ),
                     Drawn::Start => {
-                        Cell::from(format!("{:>5}", start_text(app, e.key.start_ticks)))
+                        format!("{:>5}", start_text(app, e.key.start_ticks))
                     }
                 })
                 .collect();
-            Row::new(cells).style(style)
+            (cells, style)
+        })
+        .collect();
+    // The rows borrow their texts: a Cell made from a String copies it twice more (ratatui's
+    // Text and Line take an owned text apart line by line) and drawing copies its Span again.
+    let rows: Vec<Row> = texts
+        .iter()
+        .map(|(cells, style)| {
+            let cells = cols.drawn.iter().zip(cells).map(|(d, s)| match d {
+                Drawn::Burst => Cell::from(Line::from(Span::styled(s.as_str(), c.burst()))),
+                _ => Cell::from(s.as_str()),
+            });
+            Row::new(cells).style(*style)
         })
         .collect();
     let burst_title = if bw >= 24 {
@@ -650,4 +692,53 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         .row_highlight_style(c.selected());
     let mut state = TableState::default().with_selected(Some(app.selected));
     f.render_stateful_widget(table, area, &mut state);
+}
+
+#[cfg(test)]
+mod tests {
+    use ratatui::{buffer::Buffer, layout::Rect, widgets::Widget};
+
+    use super::cut_to_width;
+
+    /// A cell drawn from the cut text is the cell drawn from the whole text, at every width,
+    /// with wide, combining, zero-width, emoji, flag and control characters around the cut.
+    #[test]
+    fn a_cut_command_draws_the_same_cell() {
+        let texts = [
+            "/usr/bin/python3 -m http.server 8000 --bind 127.0.0.1",
+            "e\u{301}e\u{301}abcdefghe\u{301}\u{302}\u{303}xyz e\u{301}",
+            "\u{2502} \u{251c}\u{2500}(exited) rustc --crate-name x --edition=2021 src/lib.rs",
+            "\u{6f22}\u{5b57}a\u{6f22}b\u{5b57}cd\u{6f22}efg\u{5b57}hij\u{6f22}klmnop",
+            "ab#\u{fe0f}\u{20e3}cd1\u{fe0f}\u{20e3}ef\u{1f600}gh\u{1f44d}\u{1f3fd}ijklmnop",
+            "a\u{1f1eb}\u{1f1f7}b\u{1f1e9}\u{1f1ea}cdefghijklmnopqrstuvwxyz",
+            "abc\u{200b}def\u{200d}ghi\u{600}jkl\u{feff}mno\u{85}pqrstuvwxyz",
+            "abcdefgh\nijklmnopqrstuvwxyz",
+            "abcdefghijklm\r\nnopqrstuvwxyz",
+            "abc\tdefghijklmnopqrstuvwxyz",
+            "abcdefghijklmnopqrstuvwxyz\u{301}\u{301}\u{301}",
+            "\u{301}abcdefghijklmnopqrstuvwxyz",
+            "",
+            "short",
+        ];
+        for text in texts {
+            for width in 1..=30u16 {
+                let draw = |s: String| {
+                    let area = Rect::new(0, 0, width, 1);
+                    let mut buf = Buffer::empty(area);
+                    ratatui::text::Text::from(s).render(area, &mut buf);
+                    buf
+                };
+                let cut = cut_to_width(text.to_owned(), usize::from(width));
+                assert!(cut.len() <= text.len());
+                assert_eq!(
+                    draw(cut.clone()),
+                    draw(text.to_owned()),
+                    "{text:?} at {width}: cut to {cut:?}"
+                );
+            }
+        }
+        // Only the unseen tail goes.
+        let long = "x".repeat(5000);
+        assert_eq!(cut_to_width(long, 200).len(), 202);
+    }
 }

@@ -25,12 +25,15 @@ pub struct Burst {
     win: Option<Window>,
 }
 
-/// A sum over cells `first..=last`.
+/// A sum over cells `first..=last`, and where its pairs start: every stored pair before
+/// index `from` ends before `first` (pairs are only ever pushed at the back, and those popped
+/// from the front by `trim` are taken off `from`).
 #[derive(Clone, Copy, Debug)]
 struct Window {
     first: u64,
     last: u64,
     sum: u64,
+    from: usize,
 }
 
 /// Offsets fit in 24 bits (46 hours of cells; the history kept is a minute, and the base
@@ -177,6 +180,9 @@ impl Burst {
             let end = u64::from(o) + u64::from(run);
             if end <= keep {
                 self.cells.pop_front();
+                if let Some(w) = self.win.as_mut() {
+                    w.from = w.from.saturating_sub(1);
+                }
                 continue;
             }
             if u64::from(o) < keep {
@@ -210,51 +216,102 @@ impl Burst {
         out
     }
 
-    /// Sum of the cells from `first` to `last` inclusive: a run at a time, newest first, so a
-    /// busy process's second (one or two runs) costs a few steps, not a hundred cells. Runs
-    /// are stored in cell order, so the first one that ends before `first` ends the walk.
     /// The sum over cells `first..=last`, found from the window asked for last time when
     /// this one starts and ends no earlier (the window of the last second slides by an
-    /// interval at a time): only the cells that left it and those that came in are read,
-    /// found by binary search, not the second's hundred cells of every warm process.
+    /// interval at a time): only the cells that left it and those that came in are read, the
+    /// first walked from where the last window started, the second from the newest pair
+    /// back, not the second's hundred cells of every warm process (nor a binary search).
     pub(super) fn window_sum(&mut self, first: u64, last: u64) -> u64 {
-        let sum = match self.win {
+        let (sum, from) = match self.win {
             Some(w) if first >= w.first && last >= w.last && first <= w.last.saturating_add(1) => {
-                let gone = if first > w.first {
-                    self.range_sum(w.first, first - 1)
-                } else {
-                    0
-                };
-                w.sum.saturating_sub(gone) + self.range_sum(w.last + 1, last)
+                let (gone, from) = self.walk_from(w.from, w.first, first);
+                (
+                    w.sum.saturating_sub(gone) + self.newest_sum(w.last + 1, last),
+                    from,
+                )
             }
-            _ => self.range_sum(first, last),
+            _ => {
+                let base = self.base;
+                let from = self.cells.partition_point(|&p| {
+                    let (o, run, _) = unpack(p);
+                    base + u64::from(o) + u64::from(run) - 1 < first
+                });
+                (self.range_sum(from, first, last), from)
+            }
         };
-        self.win = Some(Window { first, last, sum });
+        self.win = Some(Window {
+            first,
+            last,
+            sum,
+            from,
+        });
         sum
     }
 
-    /// The sum over cells `first..=last`, from the first run that reaches `first` (runs are in
-    /// cell order, and so are their ends).
-    fn range_sum(&self, first: u64, last: u64) -> u64 {
+    /// (start, end) cells of a stored pair.
+    fn span_of(&self, p: (u32, u32)) -> (u64, u64) {
+        let (o, run, _) = unpack(p);
+        let start = self.base + u64::from(o);
+        (start, start + u64::from(run) - 1)
+    }
+
+    /// The sum over cells `old_first..new_first` (the cells that left the window), walking
+    /// from pair `from` (every pair before it ends before `old_first`), and the first pair
+    /// that does not end before `new_first`.
+    fn walk_from(&self, mut from: usize, old_first: u64, new_first: u64) -> (u64, usize) {
+        let mut total = 0u64;
+        while let Some(&p) = self.cells.get(from) {
+            let (start, end) = self.span_of(p);
+            if start >= new_first {
+                break;
+            }
+            let (lo, hi) = (start.max(old_first), end.min(new_first - 1));
+            if lo <= hi {
+                total = total.saturating_add((hi - lo + 1).saturating_mul(u64::from(p.1)));
+            }
+            if end >= new_first {
+                break;
+            }
+            from += 1;
+        }
+        (total, from)
+    }
+
+    /// The sum over cells `first..=last`, walking back from the newest pair: for the cells
+    /// that came into the window, at its end.
+    fn newest_sum(&self, first: u64, last: u64) -> u64 {
         if first > last {
             return 0;
         }
-        let base = self.base;
-        let end_of = |p: (u32, u32)| {
-            let (o, run, _) = unpack(p);
-            base + u64::from(o) + u64::from(run) - 1
-        };
-        let from = self.cells.partition_point(|&p| end_of(p) < first);
+        let mut total = 0u64;
+        for &p in self.cells.iter().rev() {
+            let (start, end) = self.span_of(p);
+            if end < first {
+                break;
+            }
+            let (lo, hi) = (start.max(first), end.min(last));
+            if lo <= hi {
+                total = total.saturating_add((hi - lo + 1).saturating_mul(u64::from(p.1)));
+            }
+        }
+        total
+    }
+
+    /// The sum over cells `first..=last`, from pair `from` (every pair before it ends before
+    /// `first`; runs are in cell order, and so are their ends).
+    fn range_sum(&self, from: usize, first: u64, last: u64) -> u64 {
+        if first > last {
+            return 0;
+        }
         let mut total = 0u64;
         for &p in self.cells.range(from..) {
-            let (o, _, v) = unpack(p);
-            let start = base + u64::from(o);
+            let (start, end) = self.span_of(p);
             if start > last {
                 break;
             }
-            let (lo, hi) = (start.max(first), end_of(p).min(last));
+            let (lo, hi) = (start.max(first), end.min(last));
             if lo <= hi {
-                total = total.saturating_add((hi - lo + 1).saturating_mul(u64::from(v)));
+                total = total.saturating_add((hi - lo + 1).saturating_mul(u64::from(p.1)));
             }
         }
         total
@@ -306,12 +363,27 @@ impl ProcTable {
         ns: u64,
         interval: u64,
     ) -> Vec<(u64, u64)> {
-        let w = b.bin_width_ns;
         let mut out = Vec::new();
+        self.spread_into(b, bins, ns, interval, &mut out);
+        out
+    }
+
+    /// [`ProcTable::spread`] into `out` (cleared first): the fold keeps a vector per history
+    /// for all its rows rather than allocate one per row and history.
+    pub(super) fn spread_into(
+        &self,
+        b: &Batch,
+        bins: &[u64],
+        ns: u64,
+        interval: u64,
+        out: &mut Vec<(u64, u64)>,
+    ) {
+        out.clear();
+        let w = b.bin_width_ns;
         if bins.is_empty() || w == 0 {
             // No bins (an old recording): the whole interval, evenly.
-            self.spread_span(b.start_ns, b.end_ns, ns, &mut out);
-            return out;
+            self.spread_span(b.start_ns, b.end_ns, ns, out);
+            return;
         }
         let n = bins.len();
         // Saturating: a damaged recording's times can be anything.
@@ -324,9 +396,8 @@ impl ProcTable {
             } else {
                 s.saturating_add(w)
             };
-            self.spread_span(s, e.max(s.saturating_add(1)), v, &mut out);
+            self.spread_span(s, e.max(s.saturating_add(1)), v, out);
         }
-        out
     }
 
     fn spread_span(&self, s: u64, e: u64, v: u64, out: &mut Vec<(u64, u64)>) {

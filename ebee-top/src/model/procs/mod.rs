@@ -127,20 +127,23 @@ impl ProcTable {
     /// forgotten: never every entry (except after the cell grid moved, see below).
     pub fn ingest(&mut self, b: &Batch) {
         let anchor_before = self.begin_batch(b);
-        // Only the last Batch's charged and kernel-pinned entries can hold either.
-        for k in std::mem::take(&mut self.charged) {
+        // Only the last Batch's charged and kernel-pinned entries can hold either (drained,
+        // so that the vectors keep their room for this Batch).
+        for k in self.charged.drain(..) {
             if let Some(e) = self.entries.get_mut(&k)
                 && e.exited_ns.is_none()
             {
                 e.last_ns = 0;
             }
         }
-        for k in std::mem::take(&mut self.kernel_pins) {
+        for k in self.kernel_pins.drain(..) {
             if let Some(e) = self.entries.get_mut(&k) {
                 e.kernel_pinned = false;
             }
         }
         let interval = b.interval_ns();
+        // The cells of each row's time, one vector per history, reused from row to row.
+        let (mut c0, mut c1, mut c2) = (Vec::new(), Vec::new(), Vec::new());
         for r in &b.cpu {
             let key = match self.current.get(&r.pid) {
                 Some(k) => *k,
@@ -152,11 +155,11 @@ impl ProcTable {
                     b.end_ns,
                 ),
             };
-            let cells = self.spread(b, &r.bins, r.ns, interval);
+            self.spread_into(b, &r.bins, r.ns, interval, &mut c0);
             if let Some(e) = self.entries.get_mut(&key) {
                 e.last_ns = r.ns;
                 e.total_ns += r.ns;
-                for (c, ns) in cells {
+                for &(c, ns) in &c0 {
                     e.burst.add(c, ns);
                 }
                 self.charged.push(key);
@@ -171,11 +174,12 @@ impl ProcTable {
             .chain(b.io.iter().map(|r| (r.pid, 0, r.read_bytes, r.write_bytes)))
         {
             let key = self.key_of(pid, b.end_ns);
-            let cells = |v: u64| self.spread(b, &[], v, interval);
-            let (w, rd, wr) = (cells(wait), cells(read), cells(write));
+            self.spread_into(b, &[], wait, interval, &mut c0);
+            self.spread_into(b, &[], read, interval, &mut c1);
+            self.spread_into(b, &[], write, interval, &mut c2);
             if let Some(e) = self.entries.get_mut(&key) {
-                for (hist, cells) in [(&mut e.wait, w), (&mut e.read, rd), (&mut e.write, wr)] {
-                    for (c, v) in cells {
+                for (hist, cells) in [(&mut e.wait, &c0), (&mut e.read, &c1), (&mut e.write, &c2)] {
+                    for &(c, v) in cells {
                         hist.add(c, v);
                     }
                 }
@@ -185,11 +189,16 @@ impl ProcTable {
         // Off-CPU time by reason, the same way.
         for r in &b.offcpu {
             let key = self.key_of(r.pid, b.end_ns);
-            let cells = |v: u64| self.spread(b, &[], v, interval);
-            let (io, bl, sl) = (cells(r.io_ns), cells(r.blocked_ns), cells(r.sleep_ns));
+            self.spread_into(b, &[], r.io_ns, interval, &mut c0);
+            self.spread_into(b, &[], r.blocked_ns, interval, &mut c1);
+            self.spread_into(b, &[], r.sleep_ns, interval, &mut c2);
             if let Some(e) = self.entries.get_mut(&key) {
-                for (hist, cells) in [(&mut e.iow, io), (&mut e.blocked, bl), (&mut e.sleep, sl)] {
-                    for (c, v) in cells {
+                for (hist, cells) in [
+                    (&mut e.iow, &c0),
+                    (&mut e.blocked, &c1),
+                    (&mut e.sleep, &c2),
+                ] {
+                    for &(c, v) in cells {
                         hist.add(c, v);
                     }
                 }
