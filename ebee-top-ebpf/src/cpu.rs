@@ -63,23 +63,16 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
     // incoming one (set_next_task) in this very switch; the idle task's stamp is stale, so
     // take the later of the two.
     let now = if a > b { a } else { b };
-    // The monotonic clock is read at most once per CPU per interval: at the switch that opens
-    // it, at the first switch after `cpu_flip` moved this CPU, and before any offset is known.
-    // In between, "now" in the monotonic clock is this task-clock stamp plus the offset read
-    // then (the task clock leaves out IRQ and steal time where the kernel accounts them, so
-    // it drifts from the monotonic clock by that much within an interval, and the offset is
-    // read again at the next).
-    let opening = epoch != s.epoch;
-    let read = if opening || s.off_stale != 0 || s.clock_off == 0 {
-        let m = crate::now_ns();
-        s.clock_off = m.wrapping_sub(now);
-        s.off_stale = 0;
-        m
-    } else {
-        0
-    };
+    // The monotonic clock is read at most once per CPU per interval (below: at the switch
+    // that opens it, or at the first switch after `cpu_flip` moved this CPU). In between,
+    // "now" in the monotonic clock is this task-clock stamp plus the offset read then (the
+    // task clock leaves out IRQ and steal time where the kernel accounts them, so it drifts
+    // from the monotonic clock by that much, and the offset is read again every interval).
     // The outgoing thread's switch-out time and the incoming one's switch-in time, in the
-    // monotonic clock (0 when the off-CPU split is off).
+    // monotonic clock (0 when the off-CPU split is off, or before this CPU's first offset).
+    // Nothing else computed here stays live to the interval's opening below: held all through
+    // the switch, it took `sched_switch` past 6.1's 512-byte stack with the pair
+    // subprogram's frame.
     let mono = crate::wait::offcpu_now(now, s.clock_off);
     let start = s.last_ts;
     s.last_ts = now;
@@ -129,7 +122,7 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
     if next_tgid != 0 && unsafe { crate::wait::switch_in_of(next, mono) }.is_err() {
         count_drop(ebee_shared::drops::PROG_ERRORS);
     }
-    if opening {
+    if epoch != s.epoch {
         // The first switch on this CPU since the flip: the slice just charged ends this CPU's
         // interval; open the next one here. The epoch goes last, after a compiler fence:
         // userspace reads the closed sketch once it sees the new epoch (x86 keeps stores in
@@ -144,16 +137,25 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
         };
         // Bin 0 starts at the flip itself, not at this switch: a CPU whose first switch comes
         // late (its kick thread waited for the CPU) would otherwise shift every bin of its
-        // interval by that delay. The delay is read in the flip's monotonic clock (the clock
-        // read above) and taken off this task-clock stamp.
-        let late = read.saturating_sub(ctl::flip_ns(epoch));
+        // interval by that delay. The delay is read in the flip's monotonic clock (one clock
+        // read per CPU per interval, here only) and taken off this task-clock stamp.
+        let mono = crate::now_ns();
+        let late = mono.saturating_sub(ctl::flip_ns(epoch));
         s.flip_ts = now.saturating_sub(late);
+        s.clock_off = mono.wrapping_sub(now);
+        s.off_stale = 0;
         // An empty asm block without `nomem` is a compiler barrier (the BPF backend cannot
         // lower `compiler_fence`).
         // SAFETY: no instructions.
         unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
         // SAFETY: this CPU's value, as above.
         unsafe { core::ptr::write_volatile(&raw mut s.epoch, epoch) };
+    } else if s.off_stale != 0 {
+        // The first switch after `cpu_flip` moved this CPU (no switch opened its interval, so
+        // none read the clock offset): read it here, for that CPU's next `cpu_flip` and the
+        // off-CPU split.
+        s.clock_off = crate::now_ns().wrapping_sub(now);
+        s.off_stale = 0;
     }
     Ok(0)
 }

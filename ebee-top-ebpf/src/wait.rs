@@ -28,10 +28,12 @@ fn offsets() -> WaitOffsets {
 
 /// The monotonic time of this switch for the off-CPU split and the culprits: the switch's
 /// task-clock stamp `task_now` plus this CPU's offset to the monotonic clock `off` (read once
-/// per interval; a clock read per switch cost about 50 ns); 0 when the split is off.
+/// per interval; a clock read per switch cost about 50 ns); 0 when the split is off or no
+/// offset was read on this CPU yet (its first switch since loading: a stamp of 0 is never
+/// taken for a time).
 #[inline(always)]
 pub fn offcpu_now(task_now: u64, off: u64) -> u64 {
-    if offsets().offcpu_valid != 0 {
+    if offsets().offcpu_valid != 0 && off != 0 {
         task_now.wrapping_add(off)
     } else {
         0
