@@ -436,8 +436,8 @@ fn a_process_moves_and_cgroups_are_removed_while_shown() {
     );
 }
 
-/// Which cgroup delays which, end to end through the binary's JSON: a victim (waking every
-/// 4 ms) in one cgroup and a hog in another, both on CPU 1, five seconds of 100 ms lines with
+/// Which cgroup delays which, end to end through the binary's JSON: a victim (busy 60% of
+/// every 4 ms) in one cgroup and a hog in another, both on CPU 1, five seconds of 100 ms lines with
 /// every pair kept shown (`-k 50`). The victim's cgroup's wait behind the hog's cgroup
 /// (`cgroup_wait_by[]`) is exactly its wait behind the hog in `wait_by[]` (one process in
 /// each); the wait the hog caused (`cpu[].caused_wait_ns`, what HOLD% shows) holds at least
@@ -462,13 +462,16 @@ fn which_cgroup_delays_which_in_json() {
         format!("/ebee-test-{me}-victim"),
         format!("/ebee-test-{me}-hog"),
     );
+    // Busy 60% of each 4 ms: in cgroups of their own the scheduler shares CPU 1 between the
+    // two groups first, so a victim that wants less than its group's half hardly waits (2.8 ms
+    // in 5 s on a quiet machine); one that wants more waits behind the hog's group.
     let victim = ebee_tests::ebee_load_on(
         1,
         0,
         &[
             "burn",
             "--duty",
-            "0.1",
+            "0.6",
             "--period-ms",
             "4",
             "--seconds",
