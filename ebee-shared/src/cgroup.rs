@@ -60,7 +60,11 @@ impl hashpipe::Slot for CgSlot {
     }
 }
 
-/// One interval's cgroup sketch on one CPU (a `PerCpuArray` value; index = interval parity).
+/// `u64`s that pad [`CgSketch`] to whole cache lines.
+pub const CG_PAD: usize =
+    crate::pad_words(core::mem::size_of::<[[CgSlot; CG_SLOTS]; CG_STAGES]>() + 4 * 8);
+
+/// One interval's cgroup sketch on one CPU (an entry of a per-(CPU, parity) array: [`crate::cpu::sketch_entry`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CgSketch {
@@ -73,6 +77,8 @@ pub struct CgSketch {
     pub updates: u64,
     /// Charges the exact shadow could not record (shadow map full).
     pub shadow_full: u64,
+    /// Up to a whole number of cache lines: see [`crate::cache_lines`].
+    pub pad: [u64; CG_PAD],
 }
 
 impl Default for CgSketch {
@@ -83,6 +89,7 @@ impl Default for CgSketch {
             evictions: 0,
             updates: 0,
             shadow_full: 0,
+            pad: [0; CG_PAD],
         }
     }
 }
@@ -130,7 +137,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<CgOffsets>(), 24);
         assert_eq!(
             core::mem::size_of::<CgSketch>(),
-            24 * CG_SLOTS * CG_STAGES + 32
+            crate::cache_lines(24 * CG_SLOTS * CG_STAGES + 32)
         );
         assert!(core::mem::size_of::<CgSketch>() <= 32 * 1024);
     }

@@ -71,7 +71,11 @@ impl hashpipe::Slot for CpuSlot {
     }
 }
 
-/// One interval's sketch on one CPU (a `PerCpuArray` value; index = interval parity), with `W`
+/// `u64`s that pad a [`SketchOf`] to whole cache lines: its stages are whole lines for any
+/// width (a slot is 32 bytes, four stages), its four counters half of one.
+pub const SKETCH_PAD: usize = 4;
+
+/// One interval's sketch on one CPU (an entry of a per-(CPU, parity) array: [`crate::cpu::sketch_entry`]), with `W`
 /// slots per stage: [`CpuSketch`] by process, [`ThreadSketch`] by thread.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +89,8 @@ pub struct SketchOf<const W: usize> {
     pub updates: u64,
     /// Updates the exact shadow could not record (shadow map full).
     pub shadow_full: u64,
+    /// Up to a whole number of cache lines: see [`crate::cache_lines`].
+    pub pad: [u64; SKETCH_PAD],
 }
 
 /// The process sketch.
@@ -100,6 +106,7 @@ impl<const W: usize> Default for SketchOf<W> {
             evictions: 0,
             updates: 0,
             shadow_full: 0,
+            pad: [0; SKETCH_PAD],
         }
     }
 }
@@ -288,7 +295,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<CpuTrace>(), 48);
         assert_eq!(
             core::mem::size_of::<CpuSketch>(),
-            32 * CPU_SLOTS * CPU_STAGES + 32
+            32 * CPU_SLOTS * CPU_STAGES + 64
         );
         // A per-CPU map value may not exceed 32 KiB.
         assert!(core::mem::size_of::<CpuSketch>() <= 32 * 1024);

@@ -5,6 +5,34 @@
 //! calls it on every context switch and userspace calls the very same code to replay traces.
 #![cfg_attr(not(test), no_std)]
 
+/// `bytes` rounded up to whole 64-byte cache lines. Each sketch type is padded to this size
+/// (a `pad` field, so no padding is implicit): userspace maps the per-(CPU, parity) arrays and
+/// their entries lie side by side, `size_of` apart. Each CPU writes its own entry at every
+/// event, its counters at the end, so without the padding the line where CPU 0's entry ends
+/// would hold the start of CPU 1's: false sharing that a per-CPU array never had.
+pub const fn cache_lines(bytes: usize) -> usize {
+    bytes.div_ceil(64) * 64
+}
+
+/// The `u64`s that pad `bytes` (a multiple of 8) to [`cache_lines`].
+pub const fn pad_words(bytes: usize) -> usize {
+    (cache_lines(bytes) - bytes) / 8
+}
+
+// Every sketch read in place is whole cache lines.
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<cpu::CpuSketch>().is_multiple_of(64));
+    assert!(size_of::<cpu::ThreadSketch>().is_multiple_of(64));
+    assert!(size_of::<cgroup::CgSketch>().is_multiple_of(64));
+    assert!(size_of::<mem::MemSketch>().is_multiple_of(64));
+    assert!(size_of::<servers::SrvSketch>().is_multiple_of(64));
+    assert!(size_of::<servers::NetSketch>().is_multiple_of(64));
+    assert!(size_of::<wait::WaitSketch>().is_multiple_of(64));
+    assert!(size_of::<wait::IoSketch>().is_multiple_of(64));
+    assert!(size_of::<wait::PairSketch>().is_multiple_of(64));
+};
+
 pub mod cgroup;
 pub mod cpu;
 pub mod hashpipe;

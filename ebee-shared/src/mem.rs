@@ -86,7 +86,11 @@ impl hashpipe::Slot for MemSlot {
     }
 }
 
-/// One interval's memory sketch on one CPU (a `PerCpuArray` value; index = interval parity).
+/// `u64`s that pad [`MemSketch`] to whole cache lines.
+pub const MEM_PAD: usize =
+    crate::pad_words(core::mem::size_of::<[[MemSlot; MEM_SLOTS]; MEM_STAGES]>() + 5 * 8);
+
+/// One interval's memory sketch on one CPU (an entry of a per-(CPU, parity) array: [`crate::cpu::sketch_entry`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct MemSketch {
@@ -102,6 +106,8 @@ pub struct MemSketch {
     pub unattributed: u64,
     /// Readings the exact shadow could not store (shadow map full).
     pub shadow_full: u64,
+    /// Up to a whole number of cache lines: see [`crate::cache_lines`].
+    pub pad: [u64; MEM_PAD],
 }
 
 impl Default for MemSketch {
@@ -113,6 +119,7 @@ impl Default for MemSketch {
             evicted_max_pages: 0,
             unattributed: 0,
             shadow_full: 0,
+            pad: [0; MEM_PAD],
         }
     }
 }
@@ -230,7 +237,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<MemTrace>(), 40);
         assert_eq!(
             core::mem::size_of::<MemSketch>(),
-            24 * MEM_SLOTS * MEM_STAGES + 40
+            crate::cache_lines(24 * MEM_SLOTS * MEM_STAGES + 40)
         );
         assert!(core::mem::size_of::<MemSketch>() <= 32 * 1024);
     }

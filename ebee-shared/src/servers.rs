@@ -191,7 +191,11 @@ impl hashpipe::Slot for NetSlot {
     }
 }
 
-/// One interval's server sketch on one CPU (a `PerCpuArray` value; index = parity).
+/// `u64`s that pad [`SrvSketch`] to whole cache lines.
+pub const SRV_PAD: usize =
+    crate::pad_words(core::mem::size_of::<[[SrvSlot; SRV_SLOTS]; SRV_STAGES]>() + 6 * 8);
+
+/// One interval's server sketch on one CPU (an entry of a per-(CPU, parity) array: [`crate::cpu::sketch_entry`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SrvSketch {
@@ -207,9 +211,15 @@ pub struct SrvSketch {
     pub conns_full: u64,
     /// Processes whose connection count could not be kept (its table was full).
     pub counts_full: u64,
+    /// Up to a whole number of cache lines: see [`crate::cache_lines`].
+    pub pad: [u64; SRV_PAD],
 }
 
-/// One interval's network sketch on one CPU (a `PerCpuArray` value; index = parity).
+/// `u64`s that pad [`NetSketch`] to whole cache lines.
+pub const NET_PAD: usize =
+    crate::pad_words(core::mem::size_of::<[[NetSlot; NET_SLOTS]; NET_STAGES]>() + 3 * 8);
+
+/// One interval's network sketch on one CPU (an entry of a per-(CPU, parity) array: [`crate::cpu::sketch_entry`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct NetSketch {
@@ -219,6 +229,8 @@ pub struct NetSketch {
     pub evicted_bytes: u64,
     /// Socket receives and sends charged in this interval.
     pub updates: u64,
+    /// Up to a whole number of cache lines: see [`crate::cache_lines`].
+    pub pad: [u64; NET_PAD],
 }
 
 impl Default for SrvSketch {
@@ -231,6 +243,7 @@ impl Default for SrvSketch {
             unhistogrammed: 0,
             conns_full: 0,
             counts_full: 0,
+            pad: [0; SRV_PAD],
         }
     }
 }
@@ -242,6 +255,7 @@ impl Default for NetSketch {
             evictions: 0,
             evicted_bytes: 0,
             updates: 0,
+            pad: [0; NET_PAD],
         }
     }
 }

@@ -158,7 +158,11 @@ impl hashpipe::Slot for IoSlot {
     }
 }
 
-/// One interval's wait sketch on one CPU (a `PerCpuArray` value; index = interval parity).
+/// `u64`s that pad [`WaitSketch`] to whole cache lines.
+pub const WAIT_PAD: usize =
+    crate::pad_words(core::mem::size_of::<[[WaitSlot; WAIT_SLOTS]; WAIT_STAGES]>() + 6 * 8);
+
+/// One interval's wait sketch on one CPU (an entry of a per-(CPU, parity) array: [`crate::cpu::sketch_entry`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct WaitSketch {
@@ -176,9 +180,15 @@ pub struct WaitSketch {
     /// Switch-outs whose thread was not in the "last seen" array (first sighting, or its slot
     /// taken by another thread): their deltas are unknown and not charged.
     pub thread_misses: u64,
+    /// Up to a whole number of cache lines: see [`crate::cache_lines`].
+    pub pad: [u64; WAIT_PAD],
 }
 
-/// One interval's disk I/O sketch on one CPU (a `PerCpuArray` value; index = parity).
+/// `u64`s that pad [`IoSketch`] to whole cache lines.
+pub const IO_PAD: usize =
+    crate::pad_words(core::mem::size_of::<[[IoSlot; IO_SLOTS]; IO_STAGES]>() + 4 * 8);
+
+/// One interval's disk I/O sketch on one CPU (an entry of a per-(CPU, parity) array: [`crate::cpu::sketch_entry`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct IoSketch {
@@ -191,6 +201,8 @@ pub struct IoSketch {
     pub updates: u64,
     /// Charges the exact shadow could not record (shadow map full).
     pub shadow_full: u64,
+    /// Up to a whole number of cache lines: see [`crate::cache_lines`].
+    pub pad: [u64; IO_PAD],
 }
 
 impl Default for WaitSketch {
@@ -203,6 +215,7 @@ impl Default for WaitSketch {
             updates: 0,
             shadow_full: 0,
             thread_misses: 0,
+            pad: [0; WAIT_PAD],
         }
     }
 }
@@ -215,6 +228,7 @@ impl Default for IoSketch {
             evictions: 0,
             updates: 0,
             shadow_full: 0,
+            pad: [0; IO_PAD],
         }
     }
 }
@@ -470,8 +484,12 @@ impl hashpipe::Slot for PairSlot {
     }
 }
 
-/// One interval's (victim, culprit) sketch on one CPU (a `PerCpuArray` value; index =
-/// interval parity), and the totals of what was charged.
+/// `u64`s that pad [`PairSketch`] to whole cache lines.
+pub const PAIR_PAD: usize =
+    crate::pad_words(core::mem::size_of::<[[PairSlot; PAIR_SLOTS]; PAIR_STAGES]>() + 6 * 8);
+
+/// One interval's (victim, culprit) sketch on one CPU (an entry of a per-(CPU, parity) array:
+/// [`crate::cpu::sketch_entry`]), and the totals of what was charged.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct PairSketch {
@@ -486,6 +504,8 @@ pub struct PairSketch {
     pub evicted_ns: u64,
     pub evictions: u64,
     pub updates: u64,
+    /// Up to a whole number of cache lines: see [`crate::cache_lines`].
+    pub pad: [u64; PAIR_PAD],
 }
 
 impl Default for PairSketch {
@@ -498,6 +518,7 @@ impl Default for PairSketch {
             evicted_ns: 0,
             evictions: 0,
             updates: 0,
+            pad: [0; PAIR_PAD],
         }
     }
 }
@@ -658,7 +679,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<SliceRing>(), 8 + RING * 16);
         assert_eq!(
             core::mem::size_of::<PairSketch>(),
-            PAIR_STAGES * PAIR_SLOTS * 16 + 6 * 8
+            crate::cache_lines(PAIR_STAGES * PAIR_SLOTS * 16 + 6 * 8)
         );
         assert_eq!(core::mem::size_of::<WaitSlot>(), 40);
         assert_eq!(core::mem::size_of::<IoSlot>(), 24);
@@ -666,11 +687,11 @@ mod tests {
         assert_eq!(core::mem::size_of::<WaitOffsets>(), 40);
         assert_eq!(
             core::mem::size_of::<WaitSketch>(),
-            WAIT_STAGES * WAIT_SLOTS * 40 + 6 * 8
+            crate::cache_lines(WAIT_STAGES * WAIT_SLOTS * 40 + 6 * 8)
         );
         assert_eq!(
             core::mem::size_of::<IoSketch>(),
-            IO_STAGES * IO_SLOTS * 24 + 4 * 8
+            crate::cache_lines(IO_STAGES * IO_SLOTS * 24 + 4 * 8)
         );
     }
 
