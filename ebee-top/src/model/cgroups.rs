@@ -54,6 +54,45 @@ pub struct CgroupView {
     pub behind: Vec<(String, u64)>,
 }
 
+/// The Batch's (victim, culprit) process pairs summed by the cgroups of both into `out`
+/// (cleared first), heaviest first, `cgroup_of` giving a process's cgroup path. Only the pairs
+/// the Batch keeps (the heaviest 50) are summed; wakeup latency and unattributed wait have no
+/// culprit cgroup, and a process whose cgroup is unknown is left out. The Model's window and
+/// the metrics' counters both fold these.
+pub fn sum_by_cgroup<'a>(
+    b: &Batch,
+    cgroup_of: impl Fn(u32) -> Option<&'a str>,
+    out: &mut Vec<CgroupWaitBy>,
+) {
+    out.clear();
+    for r in &b.wait_by {
+        if r.culprit == CULPRIT_IDLE || r.culprit == CULPRIT_UNKNOWN {
+            continue;
+        }
+        let (Some(v), Some(c)) = (cgroup_of(r.pid), cgroup_of(r.culprit)) else {
+            continue;
+        };
+        if v.is_empty() || c.is_empty() {
+            continue;
+        }
+        // At most 50 pairs: a walk beats a map.
+        match out.iter_mut().find(|p| p.cgroup == v && p.culprit == c) {
+            Some(p) => p.wait_ns += r.ns,
+            None => out.push(CgroupWaitBy {
+                cgroup: v.to_owned(),
+                culprit: c.to_owned(),
+                wait_ns: r.ns,
+            }),
+        }
+    }
+    out.sort_by(|a, b| {
+        b.wait_ns
+            .cmp(&a.wait_ns)
+            .then_with(|| a.cgroup.cmp(&b.cgroup))
+            .then_with(|| a.culprit.cmp(&b.culprit))
+    });
+}
+
 /// Run-queue wait of a cgroup's processes while a process of `culprit` ran on their CPU.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CgroupWaitBy {
@@ -132,37 +171,7 @@ impl CgroupsModel {
     /// is unknown is left out.
     pub fn ingest_pairs<'a>(&mut self, b: &Batch, cgroup_of: impl Fn(u32) -> Option<&'a str>) {
         self.culprits = b.wait_stats.offcpu_available;
-        self.last_pairs.clear();
-        for r in &b.wait_by {
-            if r.culprit == CULPRIT_IDLE || r.culprit == CULPRIT_UNKNOWN {
-                continue;
-            }
-            let (Some(v), Some(c)) = (cgroup_of(r.pid), cgroup_of(r.culprit)) else {
-                continue;
-            };
-            if v.is_empty() || c.is_empty() {
-                continue;
-            }
-            // At most 50 pairs: a walk beats a map.
-            match self
-                .last_pairs
-                .iter_mut()
-                .find(|p| p.cgroup == v && p.culprit == c)
-            {
-                Some(p) => p.wait_ns += r.ns,
-                None => self.last_pairs.push(CgroupWaitBy {
-                    cgroup: v.to_owned(),
-                    culprit: c.to_owned(),
-                    wait_ns: r.ns,
-                }),
-            }
-        }
-        self.last_pairs.sort_by(|a, b| {
-            b.wait_ns
-                .cmp(&a.wait_ns)
-                .then_with(|| a.cgroup.cmp(&b.cgroup))
-                .then_with(|| a.culprit.cmp(&b.culprit))
-        });
+        sum_by_cgroup(b, cgroup_of, &mut self.last_pairs);
         let now = b.end_ns;
         for p in &self.last_pairs {
             match self.pairs.get_mut(&(p.cgroup.clone(), p.culprit.clone())) {

@@ -13,7 +13,7 @@ use ratatui::{
 
 use crate::app::App;
 use crate::model::cgroups::short_name;
-use crate::view::cpu_table::{bytes, pct5, row_mark};
+use crate::view::cpu_table::{bytes, pct5_if, row_mark};
 use crate::view::theme::{Theme, border_set};
 
 pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
@@ -36,16 +36,8 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             let mut cells = vec![
                 Cell::from(flag),
                 Cell::from(format!("{:>6.1}", g.cpu_pct)),
-                Cell::from(if !waits {
-                    format!("{:>5}", "n/a")
-                } else {
-                    pct5(g.wait_pct)
-                }),
-                Cell::from(if !culprits {
-                    format!("{:>5}", "n/a")
-                } else {
-                    pct5(g.hold_pct)
-                }),
+                Cell::from(pct5_if(false, waits, g.wait_pct)),
+                Cell::from(pct5_if(false, culprits, g.hold_pct)),
                 Cell::from(format!(
                     "{:>6}",
                     g.rss_bytes.map_or_else(|| "-".into(), bytes)

@@ -71,6 +71,18 @@ pub(super) fn pct5(v: f64) -> String {
     }
 }
 
+/// A percentage cell of a measure that may not apply: `-` in the thread view (it is measured per
+/// process), `n/a` when this kernel cannot measure it, else [`pct5`].
+pub(super) fn pct5_if(threads: bool, measured: bool, v: f64) -> String {
+    if threads {
+        format!("{:>5}", "-")
+    } else if measured {
+        pct5(v)
+    } else {
+        format!("{:>5}", "n/a")
+    }
+}
+
 /// Bytes per second in 6 characters: `980K`, `12.3M`; `0` when nothing moved.
 pub(super) fn rate(bps: f64) -> String {
     if bps < 1.0 {
@@ -540,35 +552,10 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                         None => "?".into(),
                     },
                     Drawn::Cpu => format!("{cpu_pct:>5.1}"),
-                    Drawn::Wait => {
-                        if threads {
-                            // Waits and disk bytes are measured per process, not per thread.
-                            format!("{:>5}", "-")
-                        } else if waits {
-                            pct5(wait_pct)
-                        } else {
-                            format!("{:>5}", "n/a")
-                        }
-                    }
-                    Drawn::Iow => {
-                        if threads {
-                            // Measured per process, as the waits.
-                            format!("{:>5}", "-")
-                        } else if m.wait.offcpu_available {
-                            pct5(iow_pct)
-                        } else {
-                            format!("{:>5}", "n/a")
-                        }
-                    }
-                    Drawn::Hold => {
-                        if threads {
-                            format!("{:>5}", "-")
-                        } else if m.wait.offcpu_available {
-                            pct5(caused_pct)
-                        } else {
-                            format!("{:>5}", "n/a")
-                        }
-                    }
+                    // Waits, I/O waits and the waits caused are measured per process.
+                    Drawn::Wait => pct5_if(threads, waits, wait_pct),
+                    Drawn::Iow => pct5_if(threads, m.wait.offcpu_available, iow_pct),
+                    Drawn::Hold => pct5_if(threads, m.wait.offcpu_available, caused_pct),
                     Drawn::Time => format!("{:>8}", super::fmt_ns(total_ns)),
                     Drawn::Res => match (sums, m.mem.sketch.rss_of(e.tgid)) {
                         (Some(s), _) => match s.rss {

@@ -13,6 +13,7 @@ use super::exposition::{Family, Kind, Value};
 use super::meter::{Section, secs};
 use super::process::{FORGET_NS, RANK_WINDOW_NS};
 use crate::batch::Batch;
+use crate::model::cgroups::{CgroupWaitBy, sum_by_cgroup};
 
 #[derive(Debug, Default)]
 struct Cgroup {
@@ -42,6 +43,8 @@ pub struct Cgroups {
     /// Each process's cgroup path, as the Batches named it.
     cgroup_of: HashMap<u32, String>,
     pairs: HashMap<(String, String), Pair>,
+    /// The last Batch's pairs by cgroup (kept for its buffer).
+    summed: Vec<CgroupWaitBy>,
 }
 
 impl Cgroups {
@@ -52,6 +55,7 @@ impl Cgroups {
             available: false,
             cgroup_of: HashMap::new(),
             pairs: HashMap::new(),
+            summed: Vec::new(),
         }
     }
 }
@@ -89,16 +93,20 @@ impl Section for Cgroups {
         for p in self.pairs.values_mut() {
             p.recent *= decay;
         }
-        for r in &b.wait_by {
-            let (Some(v), Some(c)) = (self.cgroup_of.get(&r.pid), self.cgroup_of.get(&r.culprit))
-            else {
-                continue;
-            };
-            let p = self.pairs.entry((v.clone(), c.clone())).or_default();
-            p.ns += r.ns;
-            p.recent += r.ns as f64;
+        let mut summed = std::mem::take(&mut self.summed);
+        sum_by_cgroup(
+            b,
+            |pid| self.cgroup_of.get(&pid).map(String::as_str),
+            &mut summed,
+        );
+        for r in &summed {
+            let key = (r.cgroup.clone(), r.culprit.clone());
+            let p = self.pairs.entry(key).or_default();
+            p.ns += r.wait_ns;
+            p.recent += r.wait_ns as f64;
             p.last_seen_ns = now;
         }
+        self.summed = summed;
         for e in &b.exits {
             self.cgroup_of.remove(&e.pid);
         }
