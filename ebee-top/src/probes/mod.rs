@@ -252,9 +252,12 @@ impl Probes {
     /// program run: with the syscall programs attached that taxes every syscall of every
     /// process, so they are off while anything is pinned (own eBPF cost shows as unknown).
     ///
-    /// Sampled, they are on from the start of each period for [`STATS_ON`], and at least four
-    /// drains, so even a long interval gets a window with a complete interval in it (the
-    /// drain that turns them on counts, and the reading before it had them off).
+    /// Sampled, they are on from the start of each period for [`STATS_ON`], and at least two
+    /// drains, so even a long interval gets a window with a complete interval in it: the
+    /// drain that turns them on reads them off (its interval is not in the window), the next
+    /// one closes an interval that had them on throughout, and the one after turns them off.
+    /// (It was four drains: at `-d 1`, as `serve` runs, that kept them on 4 s of every 10,
+    /// taxing every program run on the machine four times as long as the window needs.)
     fn sync_stats(&mut self) {
         if self.qos.attached() || !self.want_stats {
             self.stats = None;
@@ -269,7 +272,7 @@ impl Probes {
         let phase = self.loaded.elapsed().as_millis() % STATS_PERIOD.as_millis();
         if self.stats.is_some() {
             self.window_drains += 1;
-            if self.window_drains >= 4 && phase >= STATS_ON.as_millis() {
+            if self.window_drains >= 2 && phase >= STATS_ON.as_millis() {
                 self.stats = None;
             }
         } else if phase < STATS_ON.as_millis() {
