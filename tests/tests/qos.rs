@@ -500,9 +500,8 @@ fn closed_loop_same_span(conns: u32, secs: u64, split: bool, connect_first: bool
         c.set_nodelay(true).unwrap();
         c
     };
-    let mut early: Vec<Option<TcpStream>> = (0..conns)
-        .map(|_| connect_first.then(connect))
-        .collect();
+    let mut early: Vec<Option<TcpStream>> =
+        (0..conns).map(|_| connect_first.then(connect)).collect();
     if connect_first {
         // Time for the server to accept and duplicate each connection's descriptor.
         std::thread::sleep(Duration::from_millis(300));

@@ -362,14 +362,7 @@ fn dup_conn(
 /// once per descriptor first seen this way (open before the pin, or after an exec or
 /// `close_range`), not per call.
 #[inline(always)]
-fn share_file(
-    tgid: u32,
-    slot: u32,
-    gen_: u32,
-    fd: u32,
-    epoch: u32,
-    c: Conn,
-) -> Result<Conn, i64> {
+fn share_file(tgid: u32, slot: u32, gen_: u32, fd: u32, epoch: u32, c: Conn) -> Result<Conn, i64> {
     if !qos::is_file_key(c.file) {
         return Ok(c);
     }
@@ -400,13 +393,7 @@ fn share_file(
 /// open file under this pin and epoch. Otherwise (the owner was closed) the duplicate keeps
 /// its own state from now on.
 #[inline(always)]
-fn owner_of(
-    tgid: u32,
-    slot: u32,
-    gen_: u32,
-    epoch: u32,
-    c: *mut Conn,
-) -> Result<*mut Conn, i64> {
+fn owner_of(tgid: u32, slot: u32, gen_: u32, epoch: u32, c: *mut Conn) -> Result<*mut Conn, i64> {
     // SAFETY: a valid map value.
     let (file, owner) = unsafe { ((*c).file, (*c).start_ns as u32) };
     if let Some(o) = conn_get(tgid, slot, owner)? {
