@@ -351,11 +351,24 @@ pub const ROLE_OTHER: u32 = 3;
 pub const ROLE_MASK: u32 = 3;
 /// A request is open on the connection (received, not yet answered).
 pub const CONN_IN_REQUEST: u32 = 4;
+/// The descriptor is a duplicate of another one of the same open file (`dup`, `dup2`,
+/// `dup3`, `fcntl(F_DUPFD)`, or found sharing its `struct file`): its request state lives in
+/// that descriptor's entry, whose number [`Conn::start_ns`] then holds. So a request read on
+/// one descriptor and answered on its duplicate is one request, as the servers pipeline
+/// (keyed by socket) sees it, with no extra lookup for descriptors that are not duplicates.
+pub const CONN_ALIAS: u32 = 8;
 /// [`Conn::flags`] keeps the low 16 bits of [`PinState::fd_epoch`] from this bit up.
 pub const CONN_EPOCH_SHIFT: u32 = 16;
 
 /// Request-model state of one file descriptor of a pinned process (`QOS_FDS` for descriptors
 /// below [`FD_SLOTS`], else `QOS_CONNS`, an LRU hash keyed by `(tgid << 32) | fd`).
+///
+/// `QOS_CONNS` also holds, keyed by the `struct file` address (a kernel address: its top bit
+/// is set, which no `(tgid << 32) | fd` key has), which descriptor of which pin keeps the state
+/// of that open file ([`file_owner`]). Only descriptors first seen by a receive or send (open
+/// before the pin, or after a `close_range` or `execve`) are entered there: it is how two
+/// duplicates made before the pin find each other. Duplicates made while pinned are followed
+/// at the `dup` call itself.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Conn {
@@ -364,20 +377,50 @@ pub struct Conn {
     /// rechecked against the descriptor table after a `close_range` or `execve`
     /// ([`PinState::fd_epoch`]), so the hot path need not walk the table on every call.
     pub file: u64,
-    /// End of the receive that opened the current request.
+    /// End of the receive that opened the current request; with [`CONN_ALIAS`], the
+    /// descriptor that keeps the request state instead.
     pub start_ns: u64,
     /// Pin generation that made the state (0: none; generations start at 1).
     pub gen_: u32,
-    /// Role, [`CONN_IN_REQUEST`], and the descriptor epoch ([`CONN_EPOCH_SHIFT`]).
+    /// Role, [`CONN_IN_REQUEST`], [`CONN_ALIAS`] and the descriptor epoch
+    /// ([`CONN_EPOCH_SHIFT`]).
     pub flags: u32,
 }
+
+/// A `QOS_CONNS` entry keyed by a `struct file` address instead of a descriptor: the
+/// descriptor `fd` of the process in pin slot `slot` (generation `gen_`) keeps the request
+/// state of that open file. Trusted only while that descriptor's own entry is valid and names
+/// the same file. Stored as a [`Conn`] (same map): `file` is the key, `start_ns` the fd,
+/// `flags` the slot.
+#[inline(always)]
+pub const fn file_owner(file: u64, fd: u32, slot: u32, gen_: u32) -> Conn {
+    Conn {
+        file,
+        start_ns: fd as u64,
+        gen_,
+        flags: slot,
+    }
+}
+
+/// Whether `key` of `QOS_CONNS` is a `struct file` address ([`file_owner`]) rather than a
+/// `(tgid << 32) | fd` key (tgids are below 2^22).
+#[inline(always)]
+pub const fn is_file_key(key: u64) -> bool {
+    key >> 63 != 0
+}
+
+/// `fcntl` commands that duplicate a descriptor.
+pub const F_DUPFD: u64 = 0;
+pub const F_DUPFD_CLOEXEC: u64 = 1030;
 
 /// x86-64 syscall numbers the programs treat specially.
 pub mod nr {
     pub const READ: u32 = 0;
     pub const WRITE: u32 = 1;
     pub const CLOSE: u32 = 3;
+    pub const DUP: u32 = 32;
     pub const DUP2: u32 = 33;
+    pub const FCNTL: u32 = 72;
     pub const EXECVE: u32 = 59;
     pub const DUP3: u32 = 292;
     pub const EXECVEAT: u32 = 322;
@@ -405,6 +448,8 @@ pub mod nr {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Offsets {
     pub regs_di: u32,
+    /// `struct pt_regs` member of the second argument (fcntl's command).
+    pub regs_si: u32,
     pub task_files: u32,
     pub files_fdt: u32,
     pub fdt_max_fds: u32,
@@ -431,7 +476,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<PinStat>(), 80 + 4 * BUCKETS);
         assert_eq!(core::mem::size_of::<Conn>(), 24);
         assert_eq!(core::mem::size_of::<PinTable>(), 8 * MAX_PINS);
-        assert_eq!(core::mem::size_of::<Offsets>(), 48);
+        assert_eq!(core::mem::size_of::<Offsets>(), 52);
         assert_eq!(core::mem::size_of::<OpenStacks>(), OPEN_SLOTS);
         assert_eq!(core::mem::size_of::<StackCache>(), 64 + 8 * STACK_SLOTS);
         assert!(STACK_SLOTS.is_power_of_two());

@@ -199,6 +199,7 @@ pub static QOS_RUNQ: Array<ebee_shared::qos::RunqStat> =
 #[unsafe(no_mangle)]
 pub static QOS_OFFSETS: ebee_shared::qos::Offsets = ebee_shared::qos::Offsets {
     regs_di: 0,
+    regs_si: 0,
     task_files: 0,
     files_fdt: 0,
     fdt_max_fds: 0,

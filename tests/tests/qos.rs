@@ -464,8 +464,11 @@ struct SameSpan {
 
 /// Pin a delay server answering after 1 ms (every tenth request after 10 ms), run `conns`
 /// closed-loop clients for `secs`, each noting when each answer arrived, with 50 ms
-/// intervals; compare the counts over the same intervals.
-fn closed_loop_same_span(conns: u32, secs: u64, split: bool) -> SameSpan {
+/// intervals; compare the counts over the same intervals. `split`: the server reads with one
+/// thread and answers with another, on a duplicate of the connection's descriptor.
+/// `connect_first`: the clients connect (and the server accepts and duplicates) before the
+/// server is pinned.
+fn closed_loop_same_span(conns: u32, secs: u64, split: bool, connect_first: bool) -> SameSpan {
     let port = ebee_tests::free_port();
     let port_s = port.to_string();
     let mut args = vec![
@@ -492,6 +495,17 @@ fn closed_loop_same_span(conns: u32, secs: u64, split: bool) -> SameSpan {
     )
     .unwrap();
     assert_eq!(ready.trim(), "ready");
+    let connect = move || {
+        let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_nodelay(true).unwrap();
+        c
+    };
+    let mut early: Vec<Option<TcpStream>> =
+        (0..conns).map(|_| connect_first.then(connect)).collect();
+    if connect_first {
+        // Time for the server to accept and duplicate each connection's descriptor.
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let mut live =
         Live::start(ProbeConfig::default(), Duration::from_millis(50)).expect("loading eBPF");
     live.set_pins(&[srv.pid()]).unwrap();
@@ -500,12 +514,13 @@ fn closed_loop_same_span(conns: u32, secs: u64, split: bool) -> SameSpan {
     }
     let run = Arc::new(AtomicBool::new(true));
     let done: Arc<Mutex<Vec<u64>>> = Arc::default();
-    let clients: Vec<_> = (0..conns)
-        .map(|_| {
+    let clients: Vec<_> = early
+        .iter_mut()
+        .map(|early| {
             let (run, done) = (run.clone(), done.clone());
+            let early = early.take();
             std::thread::spawn(move || {
-                let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-                c.set_nodelay(true).unwrap();
+                let mut c = early.unwrap_or_else(connect);
                 let mut resp = [0u8; 4];
                 let mut mine = Vec::new();
                 while run.load(Ordering::Relaxed) {
@@ -572,7 +587,7 @@ fn pinned_request_rate_matches_a_closed_loop_client_over_the_same_intervals() {
     if !privileged("pinned_request_rate_matches_a_closed_loop_client_over_the_same_intervals") {
         return;
     }
-    let r = closed_loop_same_span(4, 3, false);
+    let r = closed_loop_same_span(4, 3, false, false);
     assert!(r.intervals >= 40, "only {} whole intervals", r.intervals);
     // 4 clients, about 1.9 ms per request each: some 2,000 per second.
     assert!(r.client > 2_000, "the clients completed only {}", r.client);
@@ -588,5 +603,35 @@ fn pinned_request_rate_matches_a_closed_loop_client_over_the_same_intervals() {
             r.client as f64 / s,
             r.intervals
         );
+    }
+}
+
+/// A server that reads each connection's requests with one thread and answers them with
+/// another, on a duplicate of the descriptor (`ebee-load delay-server --split`): the pinned
+/// request model counts each request once, as the clients and the servers pipeline do, whether
+/// the duplicates were made while pinned (followed at the `fcntl(F_DUPFD_CLOEXEC)` call) or
+/// before the pin (found sharing one open file at their first receive or send).
+#[test]
+fn requests_answered_on_a_duplicated_descriptor_are_counted() {
+    if !privileged("requests_answered_on_a_duplicated_descriptor_are_counted") {
+        return;
+    }
+    for connect_first in [false, true] {
+        let r = closed_loop_same_span(4, 3, true, connect_first);
+        assert!(r.intervals >= 40, "only {} whole intervals", r.intervals);
+        assert!(r.client > 2_000, "the clients completed only {}", r.client);
+        let s = r.span_ns as f64 / 1e9;
+        for (what, n) in [("pinned", r.pinned), ("servers", r.servers)] {
+            let ratio = n as f64 / r.client as f64;
+            assert!(
+                (ratio - 1.0).abs() <= 0.02,
+                "{what} (connected before the pin: {connect_first}): ebee-top {n} requests \
+                 ({:.1}/s), the clients {} ({:.1}/s) in the same {} intervals ({s:.3} s)",
+                n as f64 / s,
+                r.client,
+                r.client as f64 / s,
+                r.intervals
+            );
+        }
     }
 }

@@ -4,14 +4,18 @@
 //! server connection a request runs from the first receive to the send that answers it.
 //! Descriptor state lives in `QOS_FDS` (descriptors below `FD_SLOTS`) and `QOS_CONNS` (the
 //! rest); a close drops it, and an epoch per pin slot voids it all after `close_range` or exec.
+//! A duplicate of a server connection's descriptor (`dup`, `dup2`, `dup3`, `fcntl(F_DUPFD)`,
+//! or two descriptors found sharing one `struct file`) points at the descriptor that keeps the
+//! request state ([`CONN_ALIAS`]), so a request read on one and answered on the other (a
+//! reader thread and a writer thread on a cloned socket) is one request.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_task, bpf_probe_read_kernel},
     programs::BtfTracePointContext,
 };
 use ebee_shared::qos::{
-    self, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, FD_SLOTS, MAX_PINS, PinStat, ROLE_MASK,
-    ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, nr,
+    self, CONN_ALIAS, CONN_EPOCH_SHIFT, CONN_IN_REQUEST, Conn, F_DUPFD, F_DUPFD_CLOEXEC, FD_SLOTS,
+    MAX_PINS, PinStat, ROLE_MASK, ROLE_NOT_SOCKET, ROLE_OTHER, ROLE_SERVER, nr,
 };
 
 use crate::maps::{QOS_CONNS, QOS_FDS, QOS_OFFSETS, QOS_PIN_STATE, QOS_PORTS};
@@ -74,8 +78,32 @@ pub(super) unsafe fn on_exit(
             let fd = unsafe { arg0(ctx) } as u32;
             conn_drop(tgid, slot, fd)
         }
-        // The new descriptor replaced whatever that number held.
-        nr::DUP2 | nr::DUP3 if ret >= 0 => conn_drop(tgid, slot, ret as u32),
+        nr::DUP if ret >= 0 => {
+            // SAFETY: sys_exit context.
+            let old = unsafe { arg0(ctx) } as u32;
+            dup_conn(tgid, slot, gen_, old, ret as u32, pin)
+        }
+        nr::DUP2 | nr::DUP3 if ret >= 0 => {
+            // SAFETY: sys_exit context.
+            let old = unsafe { arg0(ctx) } as u32;
+            // dup2(fd, fd) changes nothing (dup3 refuses it).
+            if old == ret as u32 {
+                return Ok(());
+            }
+            // The new descriptor replaced whatever that number held.
+            conn_drop(tgid, slot, ret as u32)?;
+            dup_conn(tgid, slot, gen_, old, ret as u32, pin)
+        }
+        nr::FCNTL if ret >= 0 => {
+            // SAFETY: sys_exit context.
+            let cmd = unsafe { arg1(ctx) } as u32 as u64;
+            if cmd != F_DUPFD && cmd != F_DUPFD_CLOEXEC {
+                return Ok(());
+            }
+            // SAFETY: sys_exit context.
+            let old = unsafe { arg0(ctx) } as u32;
+            dup_conn(tgid, slot, gen_, old, ret as u32, pin)
+        }
         nr::CLOSE_RANGE | nr::EXECVE | nr::EXECVEAT if ret == 0 => {
             let st = present(QOS_PIN_STATE.get_ptr_mut(slot))?;
             // SAFETY: a valid array value.
@@ -99,6 +127,19 @@ unsafe fn arg0(ctx: &BtfTracePointContext) -> u64 {
     // SAFETY: `regs` is the BTF-typed `struct pt_regs *` of the tracepoint and the offset of
     // `di` comes from the kernel's BTF, so this is a direct load the verifier checks (no
     // helper call, which costs more on every socket call of a pinned process).
+    unsafe { core::ptr::read_volatile(regs.add(off) as *const u64) }
+}
+
+/// Second argument of the syscall (fcntl's command).
+///
+/// # Safety
+/// As [`arg0`].
+#[inline(always)]
+unsafe fn arg1(ctx: &BtfTracePointContext) -> u64 {
+    let regs: *const u8 = ctx.arg(0);
+    // SAFETY: as in `arg0`.
+    let off = unsafe { core::ptr::read_volatile(&raw const QOS_OFFSETS.regs_si) } as usize;
+    // SAFETY: as in `arg0`.
     unsafe { core::ptr::read_volatile(regs.add(off) as *const u64) }
 }
 
@@ -267,6 +308,111 @@ fn epoch_bits(slot: u32) -> Result<u32, i64> {
     Ok(e << CONN_EPOCH_SHIFT)
 }
 
+/// Whether state `c` was made by this pin (generation `gen_`) under the slot's current
+/// descriptor epoch `epoch` (already shifted, as [`epoch_bits`] gives it).
+#[inline(always)]
+fn current(c: &Conn, gen_: u32, epoch: u32) -> bool {
+    c.gen_ == gen_ && (c.flags >> CONN_EPOCH_SHIFT) << CONN_EPOCH_SHIFT == epoch
+}
+
+/// Descriptor `new` is a duplicate of `old` (dup, dup2, dup3, fcntl): when `old` is a known
+/// server connection, `new` points at the descriptor that keeps its request state. Nothing
+/// when `old` is not known yet: both are then first seen by a receive or send, and find each
+/// other through the file's owner entry ([`share_file`]).
+#[inline(always)]
+fn dup_conn(
+    tgid: u32,
+    slot: u32,
+    gen_: u32,
+    old: u32,
+    new: u32,
+    pin: *mut PinStat,
+) -> Result<(), i64> {
+    let epoch = epoch_bits(slot)?;
+    let Some(c) = conn_get(tgid, slot, old)? else {
+        return Ok(());
+    };
+    // SAFETY: a valid map value, copied.
+    let c = unsafe { *c };
+    if !current(&c, gen_, epoch) || c.flags & ROLE_MASK != ROLE_SERVER {
+        return Ok(());
+    }
+    // Always the owner itself, never a chain of duplicates.
+    let owner = if c.flags & CONN_ALIAS != 0 {
+        c.start_ns
+    } else {
+        old as u64
+    };
+    let d = Conn {
+        file: c.file,
+        start_ns: owner,
+        gen_,
+        flags: ROLE_SERVER | CONN_ALIAS | epoch,
+    };
+    if !conn_put(tgid, slot, new, d)? {
+        // SAFETY: this CPU's copy of a per-CPU array value.
+        unsafe { (*pin).conn_full += 1 };
+    }
+    Ok(())
+}
+
+/// A server connection's descriptor `fd` seen for the first time (`c`, its fresh state): if
+/// another descriptor of this process keeps the state of the same open file, `fd` becomes its
+/// duplicate; otherwise `fd` is entered as the file's owner. One hash lookup and one update,
+/// once per descriptor first seen this way (open before the pin, or after an exec or
+/// `close_range`), not per call.
+#[inline(always)]
+fn share_file(tgid: u32, slot: u32, gen_: u32, fd: u32, epoch: u32, c: Conn) -> Result<Conn, i64> {
+    if !qos::is_file_key(c.file) {
+        return Ok(c);
+    }
+    if let Some(e) = QOS_CONNS.get_ptr(c.file) {
+        // SAFETY: a valid hash value, copied.
+        let e = unsafe { *e };
+        let owner = e.start_ns as u32;
+        if e.gen_ == gen_ && e.flags == slot && owner != fd {
+            if let Some(o) = conn_get(tgid, slot, owner)? {
+                // SAFETY: a valid map value, copied.
+                let o = unsafe { *o };
+                if current(&o, gen_, epoch) && o.file == c.file && o.flags & CONN_ALIAS == 0 {
+                    return Ok(Conn {
+                        start_ns: owner as u64,
+                        flags: c.flags | CONN_ALIAS,
+                        ..c
+                    });
+                }
+            }
+        }
+    }
+    // Full (LRU: it evicts) or not: the descriptor keeps its own state either way.
+    let _ = QOS_CONNS.insert(c.file, qos::file_owner(c.file, fd, slot, gen_), 0);
+    Ok(c)
+}
+
+/// The state a duplicate's requests go to: its owner's, while the owner is still the same
+/// open file under this pin and epoch. Otherwise (the owner was closed) the duplicate keeps
+/// its own state from now on.
+#[inline(always)]
+fn owner_of(tgid: u32, slot: u32, gen_: u32, epoch: u32, c: *mut Conn) -> Result<*mut Conn, i64> {
+    // SAFETY: a valid map value.
+    let (file, owner) = unsafe { ((*c).file, (*c).start_ns as u32) };
+    if let Some(o) = conn_get(tgid, slot, owner)? {
+        // SAFETY: a valid map value.
+        let ok = unsafe { current(&*o, gen_, epoch) && (*o).file == file }
+            // SAFETY: as above.
+            && unsafe { (*o).flags } & CONN_ALIAS == 0;
+        if ok {
+            return Ok(o);
+        }
+    }
+    // SAFETY: a valid map value; only threads of this process touch it.
+    unsafe {
+        (*c).flags &= !(CONN_ALIAS | CONN_IN_REQUEST);
+        (*c).start_ns = 0;
+    }
+    Ok(c)
+}
+
 /// A receive (`send == false`) or send that moved data on `fd`: the request model.
 ///
 /// The state of a known descriptor is trusted without walking the descriptor table: it is
@@ -299,12 +445,16 @@ fn request_io(
                 return Ok(());
             }
             // First sight of this descriptor (or of what it holds since a close).
-            let fresh = Conn {
+            let role = classify(file)?;
+            let mut fresh = Conn {
                 file,
                 start_ns: 0,
                 gen_,
-                flags: classify(file)? | epoch,
+                flags: role | epoch,
             };
+            if role == ROLE_SERVER {
+                fresh = share_file(tgid, slot, gen_, fd, epoch, fresh)?;
+            }
             if !conn_put(tgid, slot, fd, fresh)? {
                 // SAFETY: this CPU's copy of a per-CPU array value.
                 unsafe { (*pin).conn_full += 1 };
@@ -317,7 +467,14 @@ fn request_io(
             }
         }
     };
-    // SAFETY: a valid hash value (see above).
+    // A duplicate's requests are its owner's (one bit test for every other descriptor).
+    // SAFETY: a valid map value (see above).
+    let c = if unsafe { (*c).flags } & CONN_ALIAS != 0 {
+        owner_of(tgid, slot, gen_, epoch, c)?
+    } else {
+        c
+    };
+    // SAFETY: a valid map value (see above).
     let c = unsafe { &mut *c };
     match c.flags & ROLE_MASK {
         ROLE_SERVER => {}

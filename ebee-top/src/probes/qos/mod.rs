@@ -68,6 +68,7 @@ pub(super) fn offsets(btf: &super::btf::Btf) -> Offsets {
     let found = (|| {
         Some(Offsets {
             regs_di: get("pt_regs", "di")?,
+            regs_si: get("pt_regs", "si")?,
             task_files: get("task_struct", "files")?,
             files_fdt: get("files_struct", "fdt")?,
             fdt_max_fds: get("fdtable", "max_fds")?,
