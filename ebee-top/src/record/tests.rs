@@ -174,6 +174,21 @@ fn the_committed_format_5_file_reads() {
     committed_file_reads(include_bytes!("testdata/v5-plausible-110.ebr"), 5);
 }
 
+#[test]
+fn the_committed_format_6_file_reads() {
+    // The same intervals written by the format 6 writer (`recsize fixture`, before format 7),
+    // with the off-CPU split and the culprits of waits: waits to the µs, sleep to 100 µs.
+    // Never regenerate it.
+    let bytes = include_bytes!("testdata/v6-plausible-110.ebr");
+    let mut r = reader::from_bytes(bytes).unwrap();
+    assert_eq!(r.version(), 6);
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    let want: Vec<Batch> = (1..=110)
+        .map(|s| rounded_as(6, &build::plausible(s, 12)))
+        .collect();
+    assert_eq!(all(&mut r), want);
+}
+
 /// `plausible()` has gained the off-CPU split and the culprits of waits (issue 29) since the
 /// committed files were written: they hold the batches without them, which read back with
 /// the split and the pairs empty and marked unmeasured.
@@ -380,12 +395,13 @@ fn a_record_with_a_bad_checksum_is_skipped_and_the_rest_replayed() {
 #[test]
 fn chained_formats_read_in_any_order_and_from_a_new_key_after_damage() {
     // Key spacing of 7 through the encoder: damage in the second group costs the rest of that
-    // group only; the third group reads whole, in any order. Formats 6 (written now), 5, 4
-    // and 3, each with its own rounding.
+    // group only; the third group reads whole, in any order. Formats 7 (written now), 6, 5,
+    // 4 and 3, each with its own rounding.
     let raw: Vec<Batch> = (1..=20).map(|s| build::plausible(s, 8)).collect();
     let lvl = super::codec::LEVEL;
     for mut enc in [
         Encoder::with_params(lvl, 7).unwrap(),
+        Encoder::v6(lvl, 7).unwrap(),
         Encoder::v5(lvl, 7).unwrap(),
         Encoder::v4(lvl, 7).unwrap(),
         Encoder::v3(lvl, 7).unwrap(),
