@@ -444,9 +444,9 @@ pub fn rounded_v6(b: &Batch) -> Batch {
     b
 }
 
-/// The step format 7 keeps run-queue waits to: 0.01% of the interval at most, the finest any
-/// output prints them (JSON's `wait_pct`, two decimals of a percent of the interval; the
-/// screens show a tenth of a percent). 4 µs from 40 ms intervals (the default 50 ms jitters
+/// The step format 7 keeps on-CPU times and run-queue waits to: 0.01% of the interval at most,
+/// the finest any output prints them (JSON's `cpu_pct` and `wait_pct`, two decimals of a
+/// percent of the interval; the screens show a tenth of a percent). 4 µs from 40 ms intervals (the default 50 ms jitters
 /// by a few ms either side, and one step for all of them keeps each column's divisor), 2 µs
 /// from 20 ms, else 1 µs.
 pub fn wait_step_ns(b: &Batch) -> u64 {
@@ -458,8 +458,9 @@ pub fn wait_step_ns(b: &Batch) -> u64 {
 }
 
 /// What format 7 records of a Batch (written now): as [`rounded_v6`], with
-/// - run-queue waits (`wait`, `wait_exact`, `wait_by`, `caused`) to [`wait_step_ns`] (4 µs at
-///   50 ms) instead of 1 µs;
+/// - on-CPU times (`cpu`, `cpu_exact`) and run-queue waits (`wait`, `wait_exact`, `wait_by`,
+///   `caused`) to [`wait_step_ns`] (4 µs at 50 ms) instead of 1 µs (the burst bins keep the
+///   kernel's 1,024 ns);
 /// - sleep (`offcpu[].sleep_ns`) to 500 µs instead of 100 µs: no screen shows it but the
 ///   run/wait/I/O/blocked/sleep split, in whole percents of the last second or minute.
 ///
@@ -467,17 +468,37 @@ pub fn wait_step_ns(b: &Batch) -> u64 {
 /// interval's own nanosecond totals (`wait_stats`) stay exact: the skeleton codes them with no
 /// divisor, so a multiple of 1,000 ns costs as much as any other number.
 pub fn rounded(b: &Batch) -> Batch {
-    let mut b = rounded_v6(b);
-    let step = wait_step_ns(&b);
-    for r in b.wait.iter_mut().chain(b.wait_exact.iter_mut().flatten()) {
-        r.ns = to_step(r.ns, step);
+    let mut r = rounded_v6(b);
+    // From the exact times (rounding the µs again would err by up to 2.5 µs), in the rows'
+    // order, which `rounded_v6` keeps.
+    let step = wait_step_ns(b);
+    let again = |x: &mut u64, exact: u64, step: u64| *x = to_step(exact, step);
+    for (x, y) in r.cpu.iter_mut().zip(&b.cpu) {
+        again(&mut x.ns, y.ns, step);
     }
-    for r in &mut b.wait_by {
-        r.ns = to_step(r.ns, step);
+    for (x, y) in r.wait.iter_mut().zip(&b.wait) {
+        again(&mut x.ns, y.ns, step);
     }
-    for r in &mut b.caused {
-        r.ns = to_step(r.ns, step);
+    for (x, y) in r.wait_by.iter_mut().zip(&b.wait_by) {
+        again(&mut x.ns, y.ns, step);
     }
+    for (x, y) in r.caused.iter_mut().zip(&b.caused) {
+        again(&mut x.ns, y.ns, step);
+    }
+    for (x, y) in r.offcpu.iter_mut().zip(&b.offcpu) {
+        again(&mut x.sleep_ns, y.sleep_ns, 500_000);
+    }
+    if let (Some(xs), Some(ys)) = (r.cpu_exact.as_mut(), b.cpu_exact.as_ref()) {
+        for (x, y) in xs.iter_mut().zip(ys) {
+            again(&mut x.ns, y.ns, step);
+        }
+    }
+    if let (Some(xs), Some(ys)) = (r.wait_exact.as_mut(), b.wait_exact.as_ref()) {
+        for (x, y) in xs.iter_mut().zip(ys) {
+            again(&mut x.ns, y.ns, step);
+        }
+    }
+    let mut b = r;
     // Heaviest first as before; rows the step made equal in pid order (the codec stores that
     // order for nothing; the kernel's order of nearly equal waits would cost bits to keep).
     for rows in [&mut b.wait, &mut b.caused]
@@ -488,8 +509,8 @@ pub fn rounded(b: &Batch) -> Batch {
     }
     b.wait_by
         .sort_by(|x, y| y.ns.cmp(&x.ns).then(x.pid.cmp(&y.pid)));
-    for r in &mut b.offcpu {
-        r.sleep_ns = to_step(r.sleep_ns, 500_000);
+    for rows in std::iter::once(&mut b.cpu).chain(b.cpu_exact.iter_mut()) {
+        rows.sort_by(|x, y| y.ns.cmp(&x.ns).then(x.pid.cmp(&y.pid)));
     }
     b
 }
