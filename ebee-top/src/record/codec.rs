@@ -444,9 +444,9 @@ pub fn rounded_v6(b: &Batch) -> Batch {
     b
 }
 
-/// The step format 7 keeps on-CPU times and run-queue waits to: 0.01% of the interval at most,
-/// the finest any output prints them (JSON's `cpu_pct` and `wait_pct`, two decimals of a
-/// percent of the interval; the screens show a tenth of a percent). 4 µs from 40 ms intervals (the default 50 ms jitters
+/// The step format 7 keeps run-queue waits to: 0.01% of the interval at most, the finest any
+/// output prints them (JSON's `wait_pct`, two decimals of a percent of the interval; the
+/// screens show a tenth of a percent). 4 µs from 40 ms intervals (the default 50 ms jitters
 /// by a few ms either side, and one step for all of them keeps each column's divisor), 2 µs
 /// from 20 ms, else 1 µs.
 pub fn wait_step_ns(b: &Batch) -> u64 {
@@ -458,9 +458,9 @@ pub fn wait_step_ns(b: &Batch) -> u64 {
 }
 
 /// What format 7 records of a Batch (written now): as [`rounded_v6`], with
-/// - on-CPU times (`cpu`, `cpu_exact`) and run-queue waits (`wait`, `wait_exact`, `wait_by`,
-///   `caused`) to [`wait_step_ns`] (4 µs at 50 ms) instead of 1 µs (the burst bins keep the
-///   kernel's 1,024 ns);
+/// - run-queue waits (`wait`, `wait_exact`, `wait_by`, `caused`) to [`wait_step_ns`] (4 µs at
+///   50 ms) instead of 1 µs, the rows in their order. (On-CPU ns stay at the µs: at 4 µs the
+///   order of the rows the step made equal, which exports show, cost what the step saved.)
 /// - sleep (`offcpu[].sleep_ns`) to 500 µs instead of 100 µs: no screen shows it but the
 ///   run/wait/I/O/blocked/sleep split, in whole percents of the last second or minute.
 ///
@@ -473,9 +473,6 @@ pub fn rounded(b: &Batch) -> Batch {
     // order, which `rounded_v6` keeps.
     let step = wait_step_ns(b);
     let again = |x: &mut u64, exact: u64, step: u64| *x = to_step(exact, step);
-    for (x, y) in r.cpu.iter_mut().zip(&b.cpu) {
-        again(&mut x.ns, y.ns, step);
-    }
     for (x, y) in r.wait.iter_mut().zip(&b.wait) {
         again(&mut x.ns, y.ns, step);
     }
@@ -488,31 +485,12 @@ pub fn rounded(b: &Batch) -> Batch {
     for (x, y) in r.offcpu.iter_mut().zip(&b.offcpu) {
         again(&mut x.sleep_ns, y.sleep_ns, 500_000);
     }
-    if let (Some(xs), Some(ys)) = (r.cpu_exact.as_mut(), b.cpu_exact.as_ref()) {
-        for (x, y) in xs.iter_mut().zip(ys) {
-            again(&mut x.ns, y.ns, step);
-        }
-    }
     if let (Some(xs), Some(ys)) = (r.wait_exact.as_mut(), b.wait_exact.as_ref()) {
         for (x, y) in xs.iter_mut().zip(ys) {
             again(&mut x.ns, y.ns, step);
         }
     }
-    let mut b = r;
-    // Heaviest first as before; rows the step made equal in pid order (the codec stores that
-    // order for nothing; the kernel's order of nearly equal waits would cost bits to keep).
-    for rows in [&mut b.wait, &mut b.caused]
-        .into_iter()
-        .chain(b.wait_exact.iter_mut())
-    {
-        rows.sort_by(|x, y| y.ns.cmp(&x.ns).then(x.pid.cmp(&y.pid)));
-    }
-    b.wait_by
-        .sort_by(|x, y| y.ns.cmp(&x.ns).then(x.pid.cmp(&y.pid)));
-    for rows in std::iter::once(&mut b.cpu).chain(b.cpu_exact.iter_mut()) {
-        rows.sort_by(|x, y| y.ns.cmp(&x.ns).then(x.pid.cmp(&y.pid)));
-    }
-    b
+    r
 }
 
 /// What a file of `version` records of a Batch (formats 2 on; format 1 keeps it whole).
