@@ -111,6 +111,12 @@ impl Encoder {
         Self::for_version(5, level, key_every)
     }
 
+    /// An encoder of format 6 (waits to the µs, sleep to 100 µs): to measure against and for
+    /// tests.
+    pub fn v6(level: i32, key_every: u32) -> Result<Self, CodecError> {
+        Self::for_version(6, level, key_every)
+    }
+
     fn for_version(version: u16, level: i32, key_every: u32) -> Result<Self, CodecError> {
         let mut cctx = CCtx::try_create().ok_or(CodecError::Zstd("out of memory"))?;
         cctx.set_parameter(CParameter::CompressionLevel(level))
@@ -392,11 +398,11 @@ fn to_us(ns: u64) -> u64 {
     ns.saturating_add(500) / 1000 * 1000
 }
 
-/// To the nearest 100 µs (0.2% of a 50 ms interval): the sleep of every process that slept,
-/// the table's dearest column at the µs (374 of 2,021 bytes an interval of a busy
-/// recording; 202 at 100 µs). Shown only as a share of a second or a minute.
-fn to_100us(ns: u64) -> u64 {
-    ns.saturating_add(50_000) / 100_000 * 100_000
+/// To the nearest multiple of `step` ns (halves up). Format 6 kept sleep to 100 µs (0.2% of a
+/// 50 ms interval): the sleep of every process that slept was the table's dearest column at
+/// the µs (374 of 2,021 bytes an interval of a busy recording; 202 at 100 µs).
+fn to_step(ns: u64, step: u64) -> u64 {
+    ns.saturating_add(step / 2) / step * step
 }
 
 /// What format 2 to 4 record of a Batch: the same, with each process's on-CPU ns (`cpu`,
@@ -419,7 +425,7 @@ pub fn rounded_v4(b: &Batch) -> Batch {
 /// to the nearest µs too (no screen shows them; a replay's exports give them to the µs), and
 /// so the off-CPU split (`offcpu`, shown as shares like the wait; its sleep to the nearest
 /// 100 µs) and the culprits of waits (`wait_by`, `caused`).
-pub fn rounded(b: &Batch) -> Batch {
+pub fn rounded_v6(b: &Batch) -> Batch {
     let mut b = rounded_v4(b);
     for e in &mut b.exits {
         e.ts_ns = to_us(e.ts_ns);
@@ -427,7 +433,7 @@ pub fn rounded(b: &Batch) -> Batch {
     for r in &mut b.offcpu {
         r.io_ns = to_us(r.io_ns);
         r.blocked_ns = to_us(r.blocked_ns);
-        r.sleep_ns = to_100us(r.sleep_ns);
+        r.sleep_ns = to_step(r.sleep_ns, 100_000);
     }
     for r in &mut b.wait_by {
         r.ns = to_us(r.ns);
@@ -438,11 +444,61 @@ pub fn rounded(b: &Batch) -> Batch {
     b
 }
 
+/// The step format 7 keeps run-queue waits to: 0.01% of the interval at most, the finest any
+/// output prints them (JSON's `wait_pct`, two decimals of a percent of the interval; the
+/// screens show a tenth of a percent). 4 µs from 40 ms intervals (the default 50 ms jitters
+/// by a few ms either side, and one step for all of them keeps each column's divisor), 2 µs
+/// from 20 ms, else 1 µs.
+pub fn wait_step_ns(b: &Batch) -> u64 {
+    match b.end_ns.saturating_sub(b.start_ns) {
+        40_000_000.. => 4_000,
+        20_000_000.. => 2_000,
+        _ => 1_000,
+    }
+}
+
+/// What format 7 records of a Batch (written now): as [`rounded_v6`], with
+/// - run-queue waits (`wait`, `wait_exact`, `wait_by`, `caused`) to [`wait_step_ns`] (4 µs at
+///   50 ms) instead of 1 µs, the rows in their order. (On-CPU ns stay at the µs: at 4 µs the
+///   order of the rows the step made equal, which exports show, cost what the step saved.)
+/// - sleep (`offcpu[].sleep_ns`) to 500 µs instead of 100 µs: no screen shows it but the
+///   run/wait/I/O/blocked/sleep split, in whole percents of the last second or minute.
+///
+/// Each was measured in bytes on two busy recordings (BENCHMARKS.md, recording size). The
+/// interval's own nanosecond totals (`wait_stats`) stay exact: the skeleton codes them with no
+/// divisor, so a multiple of 1,000 ns costs as much as any other number.
+pub fn rounded(b: &Batch) -> Batch {
+    let mut r = rounded_v6(b);
+    // From the exact times (rounding the µs again would err by up to 2.5 µs), in the rows'
+    // order, which `rounded_v6` keeps.
+    let step = wait_step_ns(b);
+    let again = |x: &mut u64, exact: u64, step: u64| *x = to_step(exact, step);
+    for (x, y) in r.wait.iter_mut().zip(&b.wait) {
+        again(&mut x.ns, y.ns, step);
+    }
+    for (x, y) in r.wait_by.iter_mut().zip(&b.wait_by) {
+        again(&mut x.ns, y.ns, step);
+    }
+    for (x, y) in r.caused.iter_mut().zip(&b.caused) {
+        again(&mut x.ns, y.ns, step);
+    }
+    for (x, y) in r.offcpu.iter_mut().zip(&b.offcpu) {
+        again(&mut x.sleep_ns, y.sleep_ns, 500_000);
+    }
+    if let (Some(xs), Some(ys)) = (r.wait_exact.as_mut(), b.wait_exact.as_ref()) {
+        for (x, y) in xs.iter_mut().zip(ys) {
+            again(&mut x.ns, y.ns, step);
+        }
+    }
+    r
+}
+
 /// What a file of `version` records of a Batch (formats 2 on; format 1 keeps it whole).
 pub fn rounded_as(version: u16, b: &Batch) -> Batch {
     match version {
         0 | 1 => b.clone(),
         2..=4 => rounded_v4(b),
+        5 | 6 => rounded_v6(b),
         _ => rounded(b),
     }
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// ^Z catch files mangled by text-mode transfers.
 pub const MAGIC: [u8; 8] = [0x89, b'E', b'B', b'R', b'\r', b'\n', 0x1a, b'\n'];
 /// The format version this build writes and the newest it reads.
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 /// Bytes before the metadata JSON: magic, version, reserved, meta length, meta CRC.
 pub const PREAMBLE_LEN: usize = 20;
 /// Largest metadata JSON accepted.
