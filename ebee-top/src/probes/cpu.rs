@@ -87,7 +87,8 @@ pub struct RawInterval {
     /// CPUs that did not switch by the deadline and were moved to the next interval by IPI
     /// (their running slice goes wholly to the next interval), or could not be moved at all.
     pub handshake_timeouts: u64,
-    /// CPUs that were idle at the flip, moved to the next interval by IPI (not a failure).
+    /// CPUs that were idle at the flip, and the one the drain ran on, moved to the next
+    /// interval by `cpu_flip` without a kick (not a failure).
     pub idle_moved: u64,
     /// Process exec/exit events that arrived during the interval.
     pub lifecycle: Vec<ebee_shared::lifecycle::LifecycleEvent>,
@@ -348,15 +349,22 @@ impl CpuDrain {
         // An idle CPU (its last switch brought in the idle task) has no task to charge: the
         // IPI moves it exactly, where waking its thread would cost two context switches there
         // and polling here. A CPU that is busy is kicked, so its interval ends at a switch.
+        //
+        // The CPU this thread runs on is moved the same way, without an IPI (the program runs
+        // here, in our own system call): kicking it would wake its thread, switch to it and
+        // back, and poll. The slice of ours it charges ends at our last scheduler update (a
+        // tick at most); the rest goes to the new interval, as a straggler's does.
+        // SAFETY: no arguments; -1 on failure.
+        let here = unsafe { libc::sched_getcpu() };
         let states = self.state.get(&0, 0)?;
         let mut idle = 0;
         let mut rest = Vec::with_capacity(self.ncpus);
         for cpu in 0..self.ncpus {
             // `last_ts` 0: no switch seen yet, so no clock to move it by; its kick starts it.
-            let was_idle = states
-                .get(cpu)
-                .is_some_and(|s| s.epoch != epoch && s.running == 0 && s.last_ts != 0);
-            if was_idle && self.flipper.run_on_cpu(cpu as u32, &args).is_ok() {
+            let move_now = states.get(cpu).is_some_and(|s| {
+                s.epoch != epoch && s.last_ts != 0 && (s.running == 0 || cpu as i32 == here)
+            });
+            if move_now && self.flipper.run_on_cpu(cpu as u32, &args).is_ok() {
                 idle += 1;
             } else {
                 rest.push(cpu);
