@@ -174,15 +174,10 @@ impl CgroupsModel {
         sum_by_cgroup(b, cgroup_of, &mut self.last_pairs);
         let now = b.end_ns;
         for p in &self.last_pairs {
-            match self.pairs.get_mut(&(p.cgroup.clone(), p.culprit.clone())) {
-                Some(q) => q.push_back((now, p.wait_ns)),
-                None => {
-                    self.pairs.insert(
-                        (p.cgroup.clone(), p.culprit.clone()),
-                        VecDeque::from([(now, p.wait_ns)]),
-                    );
-                }
-            }
+            self.pairs
+                .entry((p.cgroup.clone(), p.culprit.clone()))
+                .or_default()
+                .push_back((now, p.wait_ns));
         }
         self.pairs.retain(|_, q| {
             while q

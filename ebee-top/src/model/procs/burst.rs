@@ -255,6 +255,15 @@ impl Burst {
         (start, start + u64::from(run) - 1)
     }
 
+    /// What pair `p`, over cells `start..=end`, holds of cells `first..=last`.
+    fn held(p: (u32, u32), (start, end): (u64, u64), first: u64, last: u64) -> u64 {
+        let (lo, hi) = (start.max(first), end.min(last));
+        if lo > hi {
+            return 0;
+        }
+        (hi - lo + 1).saturating_mul(u64::from(p.1))
+    }
+
     /// The sum over cells `old_first..new_first` (the cells that left the window), walking
     /// from pair `from` (every pair before it ends before `old_first`), and the first pair
     /// that does not end before `new_first`.
@@ -265,10 +274,7 @@ impl Burst {
             if start >= new_first {
                 break;
             }
-            let (lo, hi) = (start.max(old_first), end.min(new_first - 1));
-            if lo <= hi {
-                total = total.saturating_add((hi - lo + 1).saturating_mul(u64::from(p.1)));
-            }
+            total = total.saturating_add(Self::held(p, (start, end), old_first, new_first - 1));
             if end >= new_first {
                 break;
             }
@@ -289,10 +295,7 @@ impl Burst {
             if end < first {
                 break;
             }
-            let (lo, hi) = (start.max(first), end.min(last));
-            if lo <= hi {
-                total = total.saturating_add((hi - lo + 1).saturating_mul(u64::from(p.1)));
-            }
+            total = total.saturating_add(Self::held(p, (start, end), first, last));
         }
         total
     }
@@ -309,10 +312,7 @@ impl Burst {
             if start > last {
                 break;
             }
-            let (lo, hi) = (start.max(first), end.min(last));
-            if lo <= hi {
-                total = total.saturating_add((hi - lo + 1).saturating_mul(u64::from(p.1)));
-            }
+            total = total.saturating_add(Self::held(p, (start, end), first, last));
         }
         total
     }
