@@ -432,13 +432,7 @@ fn request_io(
     let epoch = epoch_bits(slot)?;
     let c = match conn_get(tgid, slot, fd)? {
         // SAFETY: a valid map value; only threads of this process touch its keys.
-        Some(c)
-            if unsafe {
-                (*c).gen_ == gen_ && ((*c).flags >> CONN_EPOCH_SHIFT) << CONN_EPOCH_SHIFT == epoch
-            } =>
-        {
-            c
-        }
+        Some(c) if current(unsafe { &*c }, gen_, epoch) => c,
         _ => {
             let file = fd_file(fd);
             if file == 0 {
