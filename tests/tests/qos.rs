@@ -462,6 +462,29 @@ struct SameSpan {
     intervals: usize,
 }
 
+impl SameSpan {
+    /// At least 40 whole intervals and 2,000 requests (4 clients, about 1.9 ms per request
+    /// each), and both pipelines' counts within 2% of the clients'; `what` tells the case.
+    fn assert_within_2pct(&self, what: &str) {
+        let r = self;
+        assert!(r.intervals >= 40, "only {} whole intervals", r.intervals);
+        assert!(r.client > 2_000, "the clients completed only {}", r.client);
+        let s = r.span_ns as f64 / 1e9;
+        for (pipeline, n) in [("pinned", r.pinned), ("servers", r.servers)] {
+            let ratio = n as f64 / r.client as f64;
+            assert!(
+                (ratio - 1.0).abs() <= 0.02,
+                "{pipeline}{what}: ebee-top {n} requests ({:.1}/s), the clients {} ({:.1}/s) in \
+                 the same {} intervals ({s:.3} s)",
+                n as f64 / s,
+                r.client,
+                r.client as f64 / s,
+                r.intervals
+            );
+        }
+    }
+}
+
 /// Pin a delay server answering after 1 ms (every tenth request after 10 ms), run `conns`
 /// closed-loop clients for `secs`, each noting when each answer arrived, with 50 ms
 /// intervals; compare the counts over the same intervals. `split`: the server reads with one
@@ -587,23 +610,7 @@ fn pinned_request_rate_matches_a_closed_loop_client_over_the_same_intervals() {
     if !privileged("pinned_request_rate_matches_a_closed_loop_client_over_the_same_intervals") {
         return;
     }
-    let r = closed_loop_same_span(4, 3, false, false);
-    assert!(r.intervals >= 40, "only {} whole intervals", r.intervals);
-    // 4 clients, about 1.9 ms per request each: some 2,000 per second.
-    assert!(r.client > 2_000, "the clients completed only {}", r.client);
-    let s = r.span_ns as f64 / 1e9;
-    for (what, n) in [("pinned", r.pinned), ("servers", r.servers)] {
-        let ratio = n as f64 / r.client as f64;
-        assert!(
-            (ratio - 1.0).abs() <= 0.02,
-            "{what}: ebee-top {n} requests ({:.1}/s), the clients {} ({:.1}/s) in the same \
-             {} intervals ({s:.3} s)",
-            n as f64 / s,
-            r.client,
-            r.client as f64 / s,
-            r.intervals
-        );
-    }
+    closed_loop_same_span(4, 3, false, false).assert_within_2pct("");
 }
 
 /// A server that reads each connection's requests with one thread and answers them with
@@ -617,21 +624,7 @@ fn requests_answered_on_a_duplicated_descriptor_are_counted() {
         return;
     }
     for connect_first in [false, true] {
-        let r = closed_loop_same_span(4, 3, true, connect_first);
-        assert!(r.intervals >= 40, "only {} whole intervals", r.intervals);
-        assert!(r.client > 2_000, "the clients completed only {}", r.client);
-        let s = r.span_ns as f64 / 1e9;
-        for (what, n) in [("pinned", r.pinned), ("servers", r.servers)] {
-            let ratio = n as f64 / r.client as f64;
-            assert!(
-                (ratio - 1.0).abs() <= 0.02,
-                "{what} (connected before the pin: {connect_first}): ebee-top {n} requests \
-                 ({:.1}/s), the clients {} ({:.1}/s) in the same {} intervals ({s:.3} s)",
-                n as f64 / s,
-                r.client,
-                r.client as f64 / s,
-                r.intervals
-            );
-        }
+        closed_loop_same_span(4, 3, true, connect_first)
+            .assert_within_2pct(&format!(" (connected before the pin: {connect_first})"));
     }
 }

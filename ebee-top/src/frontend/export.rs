@@ -371,6 +371,14 @@ pub fn run(a: &ExportArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    /// Table `t` of `m` as CSV, header included, the top 20.
+    fn csv_of(m: &Model, t: Table) -> String {
+        let mut out = Vec::new();
+        csv_header(&mut out, t).unwrap();
+        csv_rows(&mut out, t, m, 20).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn csv_quoting() {
         assert_eq!(csv_field("plain"), "plain");
@@ -391,12 +399,7 @@ mod tests {
     fn servers_and_net_tables() {
         let mut m = Model::new();
         m.ingest(&crate::batch::build::plausible(2, 4));
-        let lines = |t: Table| {
-            let mut out = Vec::new();
-            csv_header(&mut out, t).unwrap();
-            csv_rows(&mut out, t, &m, 20).unwrap();
-            String::from_utf8(out).unwrap()
-        };
+        let lines = |t| csv_of(&m, t);
         let s = lines(Table::Servers);
         let rows: Vec<&str> = s.lines().collect();
         assert_eq!(rows.len(), 2, "{s}");
@@ -453,12 +456,7 @@ mod tests {
     fn the_wait_by_tables_name_both_sides() {
         let mut m = Model::new();
         m.ingest(&crate::batch::build::plausible(2, 4));
-        let table = |t| {
-            let mut out = Vec::new();
-            csv_header(&mut out, t).unwrap();
-            csv_rows(&mut out, t, &m, 20).unwrap();
-            String::from_utf8(out).unwrap()
-        };
+        let table = |t| csv_of(&m, t);
         let s = table(Table::WaitBy);
         let rows: Vec<&str> = s.lines().collect();
         assert_eq!(rows.len(), 4, "{s}");
