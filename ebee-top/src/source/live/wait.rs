@@ -105,3 +105,33 @@ pub(super) fn stats(
         wait_by_evicted_ns: raw.pair_evicted_ns,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 50 heaviest culprits are kept and the rest summed: kept plus rest is every wait
+    /// one process caused another, without the idle CPU, the unattributed and a process's own.
+    #[test]
+    fn caused_keeps_the_heaviest_and_sums_the_rest() {
+        let pair = |victim, culprit, wait_ns| PairCharge {
+            victim,
+            culprit,
+            wait_ns,
+        };
+        let mut p: Vec<PairCharge> = (1..=80u32).map(|c| pair(1000, c, u64::from(c))).collect();
+        p.push(pair(1000, 7, 5));
+        p.push(pair(7, 7, 999));
+        p.push(pair(1000, CULPRIT_IDLE, 999));
+        p.push(pair(1000, CULPRIT_UNKNOWN, 999));
+        let (rows, rest) = caused_rows(&p);
+        assert_eq!(rows.len(), CAUSED_ROWS);
+        assert_eq!(rows[0], WaitRow { pid: 80, ns: 80 });
+        assert!(rows.windows(2).all(|w| w[0].ns >= w[1].ns));
+        let all: u64 = (1..=80).sum::<u64>() + 5;
+        assert_eq!(rows.iter().map(|r| r.ns).sum::<u64>() + rest, all);
+        // 7 caused 7 + 5, which puts it below the 50 heaviest (31..=80).
+        assert!(rows.iter().all(|r| r.pid >= 31));
+        assert_eq!(rest, (1..=30).sum::<u64>() + 5);
+    }
+}
