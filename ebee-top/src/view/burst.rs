@@ -108,7 +108,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
 
 /// One column wide and a grapheme of its own: printable ASCII, the middle dot, box drawing and
 /// block elements (every character the pane's sparklines and bars are made of).
-fn plain(c: char) -> bool {
+pub(super) fn plain(c: char) -> bool {
     (' '..='~').contains(&c) || c == '\u{b7}' || ('\u{2500}'..='\u{259f}').contains(&c)
 }
 

@@ -7,13 +7,12 @@ use ratatui::{
     Frame,
     layout::{Constraint, Flex, Layout, Rect},
     style::Style,
-    text::{Line, Span},
-    widgets::{Cell, Row, Table, TableState},
 };
 
 use crate::app::{App, Column, SortBy};
 use crate::model::procs::{CELL_NS, ProcEntry};
 use crate::model::tree::TreeRow;
+use crate::view::plain_table::{PlainTable, TableCell};
 use crate::view::theme::Theme;
 use crate::view::theme::sparkline;
 
@@ -615,16 +614,22 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             (cells, style)
         })
         .collect();
-    // The rows borrow their texts: a Cell made from a String copies it twice more (ratatui's
-    // Text and Line take an owned text apart line by line) and drawing copies its Span again.
-    let rows: Vec<Row> = texts
+    let rows: Vec<(Vec<TableCell>, Style)> = texts
         .iter()
         .map(|(cells, style)| {
-            let cells = cols.drawn.iter().zip(cells).map(|(d, s)| match d {
-                Drawn::Burst => Cell::from(Line::from(Span::styled(s.as_str(), c.burst()))),
-                _ => Cell::from(s.as_str()),
-            });
-            Row::new(cells).style(*style)
+            let cells = cols
+                .drawn
+                .iter()
+                .zip(cells)
+                .map(|(d, s)| TableCell {
+                    text: s.as_str(),
+                    style: match d {
+                        Drawn::Burst => c.burst(),
+                        _ => Style::default(),
+                    },
+                })
+                .collect();
+            (cells, *style)
         })
         .collect();
     let burst_title = if bw >= 24 {
@@ -634,20 +639,20 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     };
     // The column the table is ranked by carries a `*`.
     let mark = |by: SortBy, plain: &'static str, marked: &'static str| {
-        Cell::from(if sort == by { marked } else { plain })
+        TableCell::from(if sort == by { marked } else { plain })
     };
-    let head: Vec<Cell> = cols
+    let head: Vec<TableCell> = cols
         .drawn
         .iter()
         .map(|d| match d {
-            Drawn::Flag => Cell::from("  "),
-            Drawn::Pid => Cell::from(if threads { "    TID" } else { "    PID" }),
-            Drawn::User => Cell::from("USER"),
-            Drawn::Cpu => Cell::from(" %CPU"),
+            Drawn::Flag => TableCell::from("  "),
+            Drawn::Pid => TableCell::from(if threads { "    TID" } else { "    PID" }),
+            Drawn::User => TableCell::from("USER"),
+            Drawn::Cpu => TableCell::from(" %CPU"),
             Drawn::Wait => mark(SortBy::Wait, "WAIT%", "WAIT*"),
             Drawn::Iow => mark(SortBy::Iow, " IOW%", " IOW*"),
             Drawn::Hold => mark(SortBy::Hold, "HOLD%", "HOLD*"),
-            Drawn::Time => Cell::from("    TIME"),
+            Drawn::Time => TableCell::from("    TIME"),
             Drawn::Res => mark(SortBy::Mem, "   RES", "  RES*"),
             Drawn::IoSum => mark(SortBy::Io, "  IO/s", " IO/s*"),
             Drawn::Read => mark(SortBy::Io, "READ/s", "READ*"),
@@ -655,30 +660,31 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             Drawn::NetSum => mark(SortBy::Net, " NET/s", "NET/s*"),
             Drawn::Rx => mark(SortBy::Net, "  RX/s", " RX/s*"),
             Drawn::Tx => mark(SortBy::Net, "  TX/s", " TX/s*"),
-            Drawn::Cgroup => Cell::from("CGROUP"),
-            Drawn::Burst => Cell::from(burst_title.clone()),
-            Drawn::Command => Cell::from(if threads {
+            Drawn::Cgroup => TableCell::from("CGROUP"),
+            Drawn::Burst => TableCell::from(burst_title.as_str()),
+            Drawn::Command => TableCell::from(if threads {
                 "THREAD (PID: COMMAND)"
             } else {
                 "COMMAND"
             }),
-            Drawn::Nice => Cell::from(" NI"),
-            Drawn::Pri => Cell::from("PRI"),
-            Drawn::State => Cell::from("S"),
-            Drawn::Threads => Cell::from(" THR"),
-            Drawn::Ppid => Cell::from("   PPID"),
-            Drawn::Start => Cell::from("START"),
+            Drawn::Nice => TableCell::from(" NI"),
+            Drawn::Pri => TableCell::from("PRI"),
+            Drawn::State => TableCell::from("S"),
+            Drawn::Threads => TableCell::from(" THR"),
+            Drawn::Ppid => TableCell::from("   PPID"),
+            Drawn::Start => TableCell::from("START"),
         })
         .collect();
-    let header = Row::new(head).style(c.header_row());
-    let table = Table::new(rows, constraints(&cols))
-        .header(header)
-        .column_spacing(1)
-        .flex(Flex::Start)
-        .highlight_symbol(">")
-        .row_highlight_style(c.selected());
-    let mut state = TableState::default().with_selected(Some(app.selected));
-    f.render_stateful_widget(table, area, &mut state);
+    let widths = constraints(&cols);
+    PlainTable {
+        widths: &widths,
+        header: &head,
+        header_style: c.header_row(),
+        rows: &rows,
+        selected: Some(app.selected),
+        highlight: c.selected(),
+    }
+    .render(area, f.buffer_mut());
 }
 
 #[cfg(test)]

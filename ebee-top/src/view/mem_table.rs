@@ -6,10 +6,11 @@
 use ratatui::{
     Frame,
     layout::{Constraint, Rect},
-    widgets::{Cell, Row, Table},
+    style::Style,
 };
 
 use crate::app::{App, SortBy};
+use crate::view::plain_table::{PlainTable, TableCell};
 use crate::view::theme::Theme;
 
 /// Below this height the pane is left out (the CPU table's RES column remains).
@@ -65,7 +66,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     } else {
         Box::new(m.mem.sketch.by_rss())
     };
-    let rows: Vec<Row> = entries
+    let texts: Vec<[String; 4]> = entries
         .filter(|e| matches(e.pid))
         .take(n)
         .map(|e| {
@@ -73,32 +74,43 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 .proc_info(e.pid)
                 .map(|p| p.comm.clone())
                 .unwrap_or_else(|| "?".into());
-            Row::new(vec![
-                Cell::from(format!("{:>7}", e.pid)),
-                Cell::from(format!("{:>6}", super::cpu_table::bytes(e.rss_bytes))),
-                Cell::from(format!("{:>9}", rate(e.growth_per_s))),
-                Cell::from(name),
-            ])
+            [
+                format!("{:>7}", e.pid),
+                format!("{:>6}", super::cpu_table::bytes(e.rss_bytes)),
+                format!("{:>9}", rate(e.growth_per_s)),
+                name,
+            ]
         })
         .collect();
-    let header = Row::new(vec![
-        Cell::from("    PID"),
-        Cell::from(if by_growth { "   RES" } else { "  RES*" }),
-        Cell::from(if by_growth { " GROWTH*" } else { "  GROWTH" }),
-        Cell::from("COMMAND"),
-    ])
-    .style(c.header_row());
-    let table = Table::new(
-        rows,
-        [
+    let rows: Vec<(Vec<TableCell>, Style)> = texts
+        .iter()
+        .map(|t| {
+            (
+                t.iter().map(|s| s.as_str().into()).collect(),
+                Style::default(),
+            )
+        })
+        .collect();
+    let header = [
+        "    PID".into(),
+        if by_growth { "   RES" } else { "  RES*" }.into(),
+        if by_growth { " GROWTH*" } else { "  GROWTH" }.into(),
+        "COMMAND".into(),
+    ];
+    PlainTable {
+        widths: &[
             Constraint::Length(7),
             Constraint::Length(6),
             Constraint::Length(9),
             Constraint::Min(8),
         ],
-    )
-    .header(header);
-    f.render_widget(table, inner);
+        header: &header,
+        header_style: c.header_row(),
+        rows: &rows,
+        selected: None,
+        highlight: Style::default(),
+    }
+    .render(inner, f.buffer_mut());
 }
 
 #[cfg(test)]

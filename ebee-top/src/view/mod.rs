@@ -16,6 +16,7 @@ mod header;
 mod mem_table;
 mod meters;
 mod overlay;
+mod plain_table;
 mod qos;
 mod servers;
 mod setup;
