@@ -136,7 +136,7 @@ pub struct SelfCost {
     /// Number of eBPF program runs; None when stats are off.
     pub bpf_runs: Option<u64>,
     /// `bpf_ns` and `bpf_runs` are estimates: the kernel's BPF statistics were on for a
-    /// sampling window (1 s in every 10) and the rate measured there is applied to this
+    /// sampling window (about a tenth of the time: 1 s in every 10 at the default interval) and the rate measured there is applied to this
     /// interval, so measuring costs a tenth of what it would.
     #[serde(default)]
     pub bpf_sampled: bool,

@@ -161,6 +161,7 @@ impl Probes {
             stats_sampled: cfg.stats_sampled,
             loaded: std::time::Instant::now(),
             window_drains: 0,
+            stats_period: super::stats_period(interval),
             _ebpf: ebpf,
             flip: flipper,
             ctl,

@@ -79,7 +79,8 @@ pub struct ProbeConfig {
     /// Leave the servers pipeline (socket tracepoints) off (`--no-servers`).
     pub no_servers: bool,
     /// With `bpf_stats`: keep the statistics on only 1 s in every 10 ([`STATS_ON`] of
-    /// [`STATS_PERIOD`]), so their clock reads tax every program run a tenth of the time.
+    /// [`STATS_PERIOD`]; two intervals in every 20 at long intervals, [`stats_period`]), so
+    /// their clock reads tax every program run about a tenth of the time.
     pub stats_sampled: bool,
     /// Which cgroup hierarchy to follow (`--cgroups`).
     pub cgroups: crate::os::cgroup::Want,
@@ -91,6 +92,18 @@ pub struct ProbeConfig {
 /// The sampling window of the BPF run-time statistics, and the period it repeats with.
 pub const STATS_ON: Duration = Duration::from_secs(1);
 pub const STATS_PERIOD: Duration = Duration::from_secs(10);
+/// The period is at least this many intervals: the window is two drains at least, so at
+/// long intervals a 10 s period kept the statistics on for more than a tenth of the time
+/// (2 s in 10 at `-d 1`, as `serve` runs) and turned them on and off more often than the
+/// estimate needs (each turn patches kernel text on every CPU).
+pub const STATS_PERIOD_INTERVALS: u32 = 20;
+
+/// The sampling period of the BPF run-time statistics at `interval`: [`STATS_PERIOD`], or
+/// [`STATS_PERIOD_INTERVALS`] intervals when that is longer, so the window is about a tenth
+/// of it at any interval.
+pub fn stats_period(interval: Duration) -> Duration {
+    STATS_PERIOD.max(interval.saturating_mul(STATS_PERIOD_INTERVALS))
+}
 
 /// One program's cumulative run time (kernel BPF stats, when enabled).
 #[derive(Clone, Copy, Debug, Default)]
@@ -136,6 +149,8 @@ pub struct Probes {
     loaded: std::time::Instant,
     /// Drains since the statistics were last turned on.
     window_drains: u32,
+    /// [`stats_period`] of the current interval.
+    stats_period: Duration,
     /// The optional pipelines that are off in this run, and why.
     off: Vec<PipelineOff>,
 }
@@ -189,6 +204,7 @@ impl Probes {
     /// Change the burst-bin geometry for a new interval length (takes effect at the next flip).
     pub fn set_interval(&mut self, interval: Duration) -> Result<(), ProbeError> {
         self.bins = BinCfg::for_interval(interval.as_nanos() as u64);
+        self.stats_period = stats_period(interval);
         self.cpu.set_bins(self.bins);
         write_bins(&mut self.ctl, self.bins).map_err(classify("writing CTL"))
     }
@@ -269,7 +285,7 @@ impl Probes {
             }
             return;
         }
-        let phase = self.loaded.elapsed().as_millis() % STATS_PERIOD.as_millis();
+        let phase = self.loaded.elapsed().as_millis() % self.stats_period.as_millis();
         if self.stats.is_some() {
             self.window_drains += 1;
             if self.window_drains >= 2 && phase >= STATS_ON.as_millis() {
@@ -476,4 +492,26 @@ fn take_sketch<V: aya::Pod + Default>(
     ncpus: usize,
 ) -> Result<mmap_array::SketchArray<V>, ProbeError> {
     take_map(ebpf, name, |m| mmap_array::SketchArray::new(m, name, ncpus))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{STATS_ON, stats_period};
+
+    /// The statistics' window (1 s, two drains at least) stays about a tenth of the period.
+    #[test]
+    fn the_stats_period_grows_with_long_intervals() {
+        let ms = Duration::from_millis;
+        assert_eq!(stats_period(ms(50)), Duration::from_secs(10));
+        assert_eq!(stats_period(ms(500)), Duration::from_secs(10));
+        assert_eq!(stats_period(ms(1000)), Duration::from_secs(20));
+        assert_eq!(stats_period(ms(5000)), Duration::from_secs(100));
+        for i in [10, 50, 200, 500, 1000, 3000, 10_000] {
+            let window = STATS_ON.max(ms(i) * 2);
+            let share = window.as_secs_f64() / stats_period(ms(i)).as_secs_f64();
+            assert!(share <= 0.1 + 1e-9, "{i} ms: {share}");
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! ebee-top's own cost per interval: its process CPU time and its eBPF programs' run time
 //! (the kernel's BPF statistics), as differences between ticks. The statistics add two clock
 //! reads to every run of every program on the machine, so ebee-top keeps them on only for a
-//! sampling window (1 s in every 10): the programs' time per ns of wall time measured in the
+//! sampling window (1 s, and two intervals at least, in every 10 s or 20 intervals, whichever is
+//! longer: about a tenth of the time): the programs' time per ns of wall time measured in the
 //! last window is applied to every interval until the next one, and marked as an estimate.
 
 use crate::batch::SelfCost;
