@@ -3,6 +3,7 @@
 //! [`plausible`], an interval with a bit of everything the recording and replay tests need.
 //! Never used on a live path: live Batches come from the kernel, replayed ones from a file.
 
+use super::Name;
 use super::cgroup::{CgroupRow, ThreadRow};
 use super::qos::{QosSample, RequestSample, SyscallSample};
 use super::servers::{NetRow, ServerRow, ServersStats};
@@ -29,7 +30,7 @@ impl Batch {
 
 impl ProcInfo {
     /// A process known by pid and name only.
-    pub fn named(pid: u32, comm: impl Into<String>) -> Self {
+    pub fn named(pid: u32, comm: impl Into<Name>) -> Self {
         Self {
             pid,
             comm: comm.into(),
@@ -181,11 +182,11 @@ pub fn plausible(seq: u64, n: u32) -> Batch {
             .proc(ProcInfo {
                 pid,
                 start_ticks: u64::from(i) * 7,
-                comm: format!("worker-{i}"),
-                cmdline: format!("/usr/bin/worker --id {i} --config /etc/worker.toml"),
+                comm: format!("worker-{i}").into(),
+                cmdline: format!("/usr/bin/worker --id {i} --config /etc/worker.toml").into(),
                 uid: Some(1000),
                 kthread: false,
-                cgroup: format!("/system.slice/worker-{}.service", i % 3),
+                cgroup: format!("/system.slice/worker-{}.service", i % 3).into(),
                 tgid: None,
                 ppid: None,
             })
@@ -302,7 +303,7 @@ mod tests {
             (3, 1_000, 1_050, 10)
         );
         assert_eq!(b.cpu[0].bins, vec![10, 30]);
-        assert_eq!(b.procs[0].comm, "x");
+        assert_eq!(&*b.procs[0].comm, "x");
         assert_eq!(b.exits[0].pid, 8);
         assert!(b.mem.is_empty() && !b.mem_stats.available && b.qos.procs.is_empty());
     }

@@ -60,6 +60,11 @@ pub struct MemStats {
     pub tracked: u64,
 }
 
+/// A process's name, command line or cgroup path: shared, not copied, between the /proc
+/// cache, each Batch and the Model (a Batch's names were most of the allocations an interval
+/// made and freed).
+pub type Name = std::sync::Arc<str>;
+
 /// What we know of a process, from /proc or from its exit event.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcInfo {
@@ -67,17 +72,17 @@ pub struct ProcInfo {
     /// Start time in clock ticks after boot (/proc/PID/stat field 22); 0 when unknown.
     pub start_ticks: u64,
     /// Short name (`comm`).
-    pub comm: String,
+    pub comm: Name,
     /// Command line, arguments joined by spaces; empty for kernel threads and unknown.
-    pub cmdline: String,
+    pub cmdline: Name,
     /// Real user id, when known.
     pub uid: Option<u32>,
     /// True for kernel threads.
     pub kthread: bool,
     /// Its cgroup in the followed hierarchy (see `Batch::cgroup_stats`), from the kernel's key
     /// at its last context switch, else /proc/PID/cgroup; empty when unknown or cgroups are off.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cgroup: String,
+    #[serde(default, skip_serializing_if = "str::is_empty")]
+    pub cgroup: Name,
     /// For a thread's row in the thread table (never in a Batch): its process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tgid: Option<u32>,

@@ -143,7 +143,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
         }
         Table::Mem => {
             for (rank, e) in m.mem.sketch.top_rss(k).iter().enumerate() {
-                let comm = m.proc_info(e.pid).map_or("", |p| p.comm.as_str());
+                let comm = m.proc_info(e.pid).map_or("", |p| p.comm.as_ref());
                 writeln!(
                     out,
                     "{},{},{},{},{},{},{},{:.0}",
@@ -161,7 +161,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
         }
         Table::Wait => {
             for (rank, w) in m.wait.top_wait(k).iter().enumerate() {
-                let comm = m.proc_info(w.pid).map_or("", |p| p.comm.as_str());
+                let comm = m.proc_info(w.pid).map_or("", |p| p.comm.as_ref());
                 writeln!(
                     out,
                     "{},{},{},{},{},{},{:.2}",
@@ -178,7 +178,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
         }
         Table::Io => {
             for (rank, r) in m.wait.top_io(k).iter().enumerate() {
-                let comm = m.proc_info(r.pid).map_or("", |p| p.comm.as_str());
+                let comm = m.proc_info(r.pid).map_or("", |p| p.comm.as_ref());
                 writeln!(
                     out,
                     "{},{},{},{},{},{},{}",
@@ -195,7 +195,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
         }
         Table::Blocked => {
             for (rank, r) in m.wait.top_blocked(k).iter().enumerate() {
-                let comm = m.proc_info(r.pid).map_or("", |p| p.comm.as_str());
+                let comm = m.proc_info(r.pid).map_or("", |p| p.comm.as_ref());
                 writeln!(
                     out,
                     "{},{},{},{},{},{},{},{},{:.2},{:.2}",
@@ -215,7 +215,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
         }
         Table::WaitBy => {
             use crate::batch::wait::{CULPRIT_IDLE, CULPRIT_UNKNOWN};
-            let comm = |pid: u32| m.proc_info(pid).map_or("", |p| p.comm.as_str());
+            let comm = |pid: u32| m.proc_info(pid).map_or("", |p| p.comm.as_ref());
             for (rank, r) in m.wait.top_wait_by(k).iter().enumerate() {
                 writeln!(
                     out,
@@ -252,7 +252,10 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
             Ok(())
         }
         Table::Servers => {
-            let comm = |pid: u32| m.proc_info(pid).map_or(String::new(), |p| p.comm.clone());
+            let comm = |pid: u32| {
+                m.proc_info(pid)
+                    .map_or(String::new(), |p| p.comm.to_string())
+            };
             let us = |ns: Option<u64>| opt(ns.map(|v| format!("{:.2}", v as f64 / 1000.0)));
             for (rank, s) in m.servers.interval(comm).iter().take(k).enumerate() {
                 writeln!(
@@ -278,7 +281,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
         }
         Table::Net => {
             for (rank, n) in m.servers.top_net(k).iter().enumerate() {
-                let comm = m.proc_info(n.pid).map_or("", |p| p.comm.as_str());
+                let comm = m.proc_info(n.pid).map_or("", |p| p.comm.as_ref());
                 writeln!(
                     out,
                     "{},{},{},{},{},{},{}",
@@ -295,7 +298,7 @@ fn csv_rows(out: &mut impl Write, t: Table, m: &Model, k: usize) -> std::io::Res
         }
         Table::Exits => {
             for e in &b.exits {
-                let comm = m.proc_info(e.pid).map_or("", |p| p.comm.as_str());
+                let comm = m.proc_info(e.pid).map_or("", |p| p.comm.as_ref());
                 writeln!(
                     out,
                     "{},{},{},{},{}",

@@ -163,7 +163,7 @@ impl Model {
         self.cgroups.ingest(b);
         let procs = &self.procs;
         self.cgroups
-            .ingest_pairs(b, |pid| procs.get(&pid).map(|p| p.cgroup.as_str()));
+            .ingest_pairs(b, |pid| procs.get(&pid).map(|p| p.cgroup.as_ref()));
         self.table.ingest(b);
         self.lineage.ingest(b);
         self.ingest_threads(b);
@@ -229,7 +229,7 @@ impl Model {
             comm: if r.comm.is_empty() {
                 p.map(|p| p.comm.clone()).unwrap_or_default()
             } else {
-                r.comm.clone()
+                r.comm.as_str().into()
             },
             cmdline: p.map(|p| p.cmdline.clone()).unwrap_or_default(),
             uid: p.and_then(|p| p.uid),
@@ -295,8 +295,8 @@ impl Model {
         let info = self.procs.get(&r.pid);
         CpuEntry {
             pid: r.pid,
-            comm: info.map(|p| p.comm.clone()).unwrap_or_default(),
-            cmdline: info.map(|p| p.cmdline.clone()).unwrap_or_default(),
+            comm: info.map(|p| p.comm.to_string()).unwrap_or_default(),
+            cmdline: info.map(|p| p.cmdline.to_string()).unwrap_or_default(),
             uid: info.and_then(|p| p.uid),
             kthread: info.is_some_and(|p| p.kthread),
             cpu_ns: r.ns,
@@ -310,7 +310,7 @@ impl Model {
             wait_ns: self.wait.wait_of(r.pid),
             offcpu: self.wait.offcpu_of(r.pid),
             caused_wait_ns: self.wait.caused_of(r.pid),
-            cgroup: info.map(|p| p.cgroup.clone()).unwrap_or_default(),
+            cgroup: info.map(|p| p.cgroup.to_string()).unwrap_or_default(),
             tid: None,
         }
     }
@@ -367,7 +367,7 @@ mod tests {
         let top = m.top_cpu(2);
         assert_eq!(top.len(), 2);
         assert_eq!(top[0].pid, 10);
-        assert_eq!(top[0].comm, "p10");
+        assert_eq!(&*top[0].comm, "p10");
         assert!((top[0].cpu_pct - 100.0).abs() < 1e-9);
         assert!((top[1].cpu_pct - 50.0).abs() < 1e-9);
     }
@@ -393,7 +393,7 @@ mod tests {
         assert_eq!(m.threads.by_pid(712).map(|e| e.total_ns), Some(30_000_000));
         m.ingest(&thread(4, 200, "new-worker"));
         let e = m.threads.by_pid(712).unwrap();
-        assert_eq!(e.comm, "new-worker");
+        assert_eq!(&*e.comm, "new-worker");
         assert_eq!(
             e.total_ns, 10_000_000,
             "the old thread's time is not carried over"
@@ -435,7 +435,7 @@ mod tests {
                 let mut b = batch(seq, &[]);
                 b.procs = procs
                     .iter()
-                    .map(|&pid| ProcInfo { pid, comm: format!("p{pid}-{seq}"), ..Default::default() })
+                    .map(|&pid| ProcInfo { pid, comm: format!("p{pid}-{seq}").into(), ..Default::default() })
                     .collect();
                 b.mem = mem
                     .iter()

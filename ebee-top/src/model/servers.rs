@@ -157,7 +157,7 @@ impl ServersModel {
                 ..Default::default()
             });
             if let Some(c) = comm(r.pid) {
-                t.comm = c;
+                t.comm = c.to_string();
             }
             if r.conns.is_some() {
                 t.conns = r.conns;

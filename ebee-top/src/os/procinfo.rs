@@ -6,7 +6,7 @@
 // flood an attacker can aim, and its RandomState is still seeded per process.
 use foldhash::HashMap;
 
-use crate::batch::ProcInfo;
+use crate::batch::{Name, ProcInfo};
 
 /// PF_KTHREAD in /proc/PID/stat flags.
 const PF_KTHREAD: u32 = 0x0020_0000;
@@ -128,7 +128,10 @@ impl ProcCache {
             }
             None => ProcInfo {
                 pid,
-                comm: self.exit_name(pid).cloned().unwrap_or_default(),
+                comm: self
+                    .exit_name(pid)
+                    .map(|n| n.as_str().into())
+                    .unwrap_or_default(),
                 ..Default::default()
             },
         }
@@ -148,11 +151,11 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
     Some(ProcInfo {
         pid,
         start_ticks: stat.starttime,
-        comm: stat.comm,
-        cmdline,
+        comm: stat.comm.into(),
+        cmdline: cmdline.into(),
         uid,
         kthread: stat.flags & PF_KTHREAD != 0,
-        cgroup: String::new(),
+        cgroup: Name::default(),
         tgid: None,
         ppid: u32::try_from(stat.ppid).ok(),
     })
@@ -249,12 +252,12 @@ mod tests {
         let mut c = ProcCache::new();
         // pid_max is at most 4194304; this pid cannot exist.
         c.on_exit(5_000_000, "shortlived".into());
-        assert_eq!(c.get(5_000_000).comm, "shortlived");
+        assert_eq!(&*c.get(5_000_000).comm, "shortlived");
         // Its teardown may be charged in the next interval: the name is still there.
         c.end_interval();
-        assert_eq!(c.get(5_000_000).comm, "shortlived");
+        assert_eq!(&*c.get(5_000_000).comm, "shortlived");
         c.end_interval();
-        assert_eq!(c.get(5_000_000).comm, "");
+        assert_eq!(&*c.get(5_000_000).comm, "");
     }
 
     #[test]

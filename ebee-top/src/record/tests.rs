@@ -146,7 +146,7 @@ fn the_committed_format_1_file_reads() {
             b.cgroups.clear();
             b.cgroup_stats = Default::default();
             for p in &mut b.procs {
-                p.cgroup.clear();
+                p.cgroup = Default::default();
             }
             before_offcpu(b)
         })

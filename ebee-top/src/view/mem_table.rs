@@ -78,7 +78,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 format!("{:>7}", e.pid),
                 format!("{:>6}", super::cpu_table::bytes(e.rss_bytes)),
                 format!("{:>9}", rate(e.growth_per_s)),
-                name,
+                name.to_string(),
             ]
         })
         .collect();

@@ -234,7 +234,7 @@ pub fn culprits_line(
                     "its own threads".to_owned()
                 } else {
                     m.proc_info(who)
-                        .map(|p| p.comm.clone())
+                        .map(|p| p.comm.to_string())
                         .filter(|n| !n.is_empty())
                         .unwrap_or_else(|| format!("pid {who}"))
                 };
@@ -261,7 +261,7 @@ pub fn signal_menu(app: &App, t: &Theme, menu: &SignalMenu, f: &mut Frame, area:
     let sel = menu.cursor.min(SIGNALS.len() - 1);
     let (num, name) = SIGNALS[sel];
     let who = match menu.targets.as_slice() {
-        [(k, cmd)] => match app.shown().table.get(k).map(|e| e.comm.as_str()) {
+        [(k, cmd)] => match app.shown().table.get(k).map(|e| e.comm.as_ref()) {
             Some(comm) if !comm.is_empty() => format!("{} ({comm})", k.pid),
             _ => format!("{} {cmd}", k.pid),
         },

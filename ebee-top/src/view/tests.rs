@@ -394,7 +394,7 @@ fn a_long_path_gives_way_to_the_program_name() {
     // Wide enough, the whole line stays.
     let s = text(&a, 220, 40);
     let row = s.lines().find(|l| l.contains(" 777 ")).unwrap();
-    assert!(row.contains(&p.cmdline), "{s}");
+    assert!(row.contains(&*p.cmdline), "{s}");
 }
 
 /// A process starved of CPU, a quiet disk writer and a busy one: `W` and `I` rank by them,

@@ -195,7 +195,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// A process's name as the lines show it: `?` when unknown.
 fn name_of(m: &Model, pid: u32) -> String {
     m.proc_info(pid)
-        .map(|p| p.comm.clone())
+        .map(|p| p.comm.to_string())
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| "?".into())
 }

@@ -41,7 +41,7 @@ pub struct Cgroups {
     cgroups: HashMap<u64, Cgroup>,
     available: bool,
     /// Each process's cgroup path, as the Batches named it.
-    cgroup_of: HashMap<u32, String>,
+    cgroup_of: HashMap<u32, crate::batch::Name>,
     pairs: HashMap<(String, String), Pair>,
     /// The last Batch's pairs by cgroup (kept for its buffer).
     summed: Vec<CgroupWaitBy>,
@@ -96,7 +96,7 @@ impl Section for Cgroups {
         let mut summed = std::mem::take(&mut self.summed);
         sum_by_cgroup(
             b,
-            |pid| self.cgroup_of.get(&pid).map(String::as_str),
+            |pid| self.cgroup_of.get(&pid).map(AsRef::as_ref),
             &mut summed,
         );
         for r in &summed {

@@ -36,7 +36,7 @@ const MEASURES: usize = 7;
 #[derive(Debug, Default)]
 struct Proc {
     start_ticks: u64,
-    comm: String,
+    comm: crate::batch::Name,
     /// Since first seen: on-CPU ns, wait ns, disk bytes read and written, socket bytes
     /// received and sent, wait caused others ns.
     total: [u64; MEASURES],
@@ -101,7 +101,7 @@ impl Processes {
 }
 
 fn labels(pid: u32, p: &Proc) -> Vec<(&'static str, String)> {
-    vec![("pid", pid.to_string()), ("comm", p.comm.clone())]
+    vec![("pid", pid.to_string()), ("comm", p.comm.to_string())]
 }
 
 impl Section for Processes {

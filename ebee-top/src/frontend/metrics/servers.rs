@@ -18,7 +18,7 @@ use crate::batch::Batch;
 
 #[derive(Debug)]
 struct Server {
-    comm: String,
+    comm: crate::batch::Name,
     requests: u64,
     latency_ns: u64,
     /// Requests in a histogram (those of intervals it held a histogram slot in).
@@ -70,7 +70,7 @@ impl Section for Servers {
             let comm = b.procs.iter().find(|p| p.pid == r.pid).map(|p| &p.comm);
             let buckets = &self.buckets;
             let s = self.servers.entry(r.pid).or_insert_with(|| Server {
-                comm: String::new(),
+                comm: Default::default(),
                 requests: 0,
                 latency_ns: 0,
                 in_hist: 0,
@@ -139,7 +139,7 @@ impl Section for Servers {
             });
             v.truncate(self.k);
             for (pid, s) in v {
-                let labels = vec![("pid", pid.to_string()), ("comm", s.comm.clone())];
+                let labels = vec![("pid", pid.to_string()), ("comm", s.comm.to_string())];
                 reqs.push(labels.clone(), Value::Counter(s.requests as f64));
                 lat.push(
                     labels,

@@ -4,7 +4,7 @@
 use std::collections::hash_map;
 
 use super::{Burst, ProcTable};
-use crate::batch::ProcInfo;
+use crate::batch::{Name, ProcInfo};
 
 /// A process: its pid and start time (clock ticks after boot; 0 when it was gone before we
 /// could read it).
@@ -18,8 +18,8 @@ pub struct ProcKey {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProcEntry {
     pub key: ProcKey,
-    pub comm: String,
-    pub cmdline: String,
+    pub comm: Name,
+    pub cmdline: Name,
     pub uid: Option<u32>,
     pub kthread: bool,
     /// On-CPU ns in the last interval.
@@ -62,27 +62,12 @@ pub struct ProcEntry {
     /// The kernel follows it for QoS (from the Batch's `pinned`).
     pub kernel_pinned: bool,
     /// Its cgroup path (empty: unknown).
-    pub cgroup: String,
+    pub cgroup: Name,
     /// The process: its own pid, or for a thread in the thread table, its process's.
     pub tgid: u32,
 }
 
 impl ProcEntry {
-    /// A default entry that keeps this one's name buffers (emptied) for reuse.
-    pub(super) fn recycled(mut self) -> Self {
-        let keep = |s: &mut String| {
-            let mut s = std::mem::take(s);
-            s.clear();
-            s
-        };
-        Self {
-            comm: keep(&mut self.comm),
-            cmdline: keep(&mut self.cmdline),
-            cgroup: keep(&mut self.cgroup),
-            ..Self::default()
-        }
-    }
-
     pub fn exited(&self) -> bool {
         self.exited_ns.is_some()
     }
@@ -169,11 +154,11 @@ impl ProcEntry {
     /// threads, or the name.
     pub fn command(&self) -> String {
         if !self.cmdline.is_empty() {
-            self.cmdline.clone()
+            self.cmdline.to_string()
         } else if self.kthread {
             format!("[{}]", self.comm)
         } else {
-            self.comm.clone()
+            self.comm.to_string()
         }
     }
 }
@@ -206,13 +191,11 @@ impl ProcTable {
         };
         self.current.insert(p.pid, key);
         if let hash_map::Entry::Vacant(v) = self.entries.entry(key) {
-            let mut e = self
-                .spare
-                .pop()
-                .map_or_else(ProcEntry::default, ProcEntry::recycled);
-            e.key = key;
-            e.tgid = p.pid;
-            v.insert(e);
+            v.insert(ProcEntry {
+                key,
+                tgid: p.pid,
+                ..ProcEntry::default()
+            });
             self.fresh.push(key);
         }
         let Some(e) = self.entries.get_mut(&key) else {

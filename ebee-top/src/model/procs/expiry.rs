@@ -85,10 +85,7 @@ impl ProcTable {
                 check.push(k);
                 continue;
             }
-            let gone = o.remove();
-            if self.spare.len() < super::SPARE_MAX {
-                self.spare.push(gone);
-            }
+            o.remove();
             if let hash_map::Entry::Occupied(c) = self.current.entry(k.pid)
                 && *c.get() == k
             {

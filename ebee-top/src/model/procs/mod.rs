@@ -76,14 +76,7 @@ pub struct ProcTable {
     /// Entries past that time but kept by a pin (the user's, or the kernel's before any
     /// charge): checked on every Batch, there are few.
     parked: BTreeSet<ProcKey>,
-    /// Fresh entries forgotten at once, kept for the next new entries: their name buffers are
-    /// reused (allocating and freeing three strings for each of the dozens every Batch
-    /// brings was a tenth of batch mode's instructions). At most [`SPARE_MAX`].
-    spare: Vec<ProcEntry>,
 }
-
-/// Forgotten entries kept for reuse, at most.
-const SPARE_MAX: usize = 256;
 
 impl ProcTable {
     pub fn new() -> Self {

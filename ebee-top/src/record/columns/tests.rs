@@ -96,7 +96,7 @@ fn processes_without_a_parent_or_cgroup_stay_a_table() {
             p.cgroup = "/system.slice/a.service".into();
         }
         b.procs[k % 3].ppid = None;
-        b.procs[(k + 1) % 3].cgroup = String::new();
+        b.procs[(k + 1) % 3].cgroup = Default::default();
     }
     assert!(
         batches
@@ -259,15 +259,15 @@ fn batch_strategy() -> impl Strategy<Value = Batch> {
                 .map(|r| ProcInfo {
                     pid: r.0,
                     start_ticks: r.1 % 1000,
-                    comm: r.5.clone(),
-                    cmdline: r.5.repeat(2),
+                    comm: r.5.as_str().into(),
+                    cmdline: r.5.repeat(2).into(),
                     uid: r.4,
                     kthread: r.0 % 3 == 0,
                     // Left out of the JSON when empty: rows with and without it.
                     cgroup: if r.0 % 2 == 0 {
-                        format!("/system.slice/{}.service", r.5)
+                        format!("/system.slice/{}.service", r.5).into()
                     } else {
-                        String::new()
+                        Default::default()
                     },
                     tgid: None,
                     ppid: None,

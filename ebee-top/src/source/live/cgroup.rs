@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 // flood an attacker can aim, and its RandomState is still seeded per process.
 use foldhash::{HashMap, HashMapExt as _};
 
-use crate::batch::ProcInfo;
 use crate::batch::cgroup::{CgroupRow, CgroupStats, ThreadRow};
+use crate::batch::{Name, ProcInfo};
 use crate::os::cgroup::{CgroupFs, Names, memory_bytes, proc_cgroup};
 use crate::os::procinfo::parse_stat_name_start;
 use crate::probes::CpuCharge;
@@ -32,7 +32,7 @@ pub struct CgroupSide {
     names: Option<Names>,
     mem: HashMap<u32, (Instant, Option<u64>)>,
     /// pid -> its cgroup path (the kernel's, or /proc's when not charged lately).
-    of_pid: HashMap<u32, String>,
+    of_pid: HashMap<u32, Name>,
     /// pid -> the kernel key its path in `of_pid` is of (absent: from /proc).
     key_of_pid: HashMap<u32, u32>,
     /// key -> (path, last charged) of cgroups charged lately.
@@ -112,7 +112,7 @@ impl CgroupSide {
             }
             let p = self.path(r.aux);
             if !p.is_empty() {
-                self.of_pid.insert(r.tgid, p);
+                self.of_pid.insert(r.tgid, p.into());
                 self.key_of_pid.insert(r.tgid, r.aux);
             }
         }
@@ -126,6 +126,7 @@ impl CgroupSide {
             return;
         }
         if let Some(p) = proc_cgroup(info.pid, &fs.kind) {
+            let p = Name::from(p);
             info.cgroup.clone_from(&p);
             self.of_pid.insert(info.pid, p);
         }

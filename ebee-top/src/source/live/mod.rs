@@ -298,7 +298,7 @@ impl Source for Live {
             procs: raw
                 .qos
                 .iter()
-                .map(|q| qos::qos_sample(q, self.procs.get(q.pid).comm))
+                .map(|q| qos::qos_sample(q, self.procs.get(q.pid).comm.to_string()))
                 .collect(),
             handshake_timeouts: raw.qos_handshake_timeouts.saturating_sub(self.qos_timeouts),
             request_model: self.probes.request_model_available(),
