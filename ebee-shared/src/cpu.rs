@@ -11,9 +11,11 @@
 //! CPU switch by waking a thread of its own pinned there. The first switch a CPU makes after the
 //! flip charges the outgoing slice to the old interval and opens the new one, exactly at that
 //! switch, and publishes the new epoch in [`CpuState`]. Once every CPU shows the new epoch, the
-//! old sketches are quiescent and userspace reads them. A CPU that does not switch in time is
-//! moved by `cpu_flip`, run on it by IPI (see its doc). Every nanosecond lands in exactly one
-//! interval, with no atomics in the switch path.
+//! old sketches are quiescent and userspace reads them. An idle CPU is left where it is when no
+//! switch is under way there ([`CpuState::seq`]): nothing writes its old sketch any more, and
+//! its next switch, out of idle, opens the new interval having charged nothing to the old one.
+//! A CPU that does not switch in time is moved by `cpu_flip`, run on it by IPI (see its doc).
+//! Every nanosecond lands in exactly one interval, with one atomic add in the switch path.
 
 use crate::hashpipe;
 
@@ -142,9 +144,10 @@ pub struct CpuState {
     pub clock_off: u64,
     /// Nonzero: `cpu_flip` moved this CPU, and its next switch reads `clock_off` again.
     pub off_stale: u32,
-    /// The process the last switch on this CPU brought in (0: the idle task). Userspace moves
-    /// an idle CPU to the next interval by IPI at once, since no task is running there to
-    /// charge, instead of waking a thread there to make it switch (two context switches).
+    /// The process the last switch on this CPU (or `cpu_flip`) found running there (0: the
+    /// idle task). Userspace leaves an idle CPU where it is at a flip (see `seq`), or moves it
+    /// by IPI when a switch is under way there, instead of waking a thread there to make it
+    /// switch (two context switches).
     pub running: u32,
     /// Burst-bin geometry of the interval being written.
     pub bins: BinCfg,
@@ -155,6 +158,13 @@ pub struct CpuState {
     /// [`sketch_entry`]): written once by userspace before the programs are attached, so the
     /// switch path finds its entry with one load, no helper call.
     pub entry: [u32; 2],
+    /// Odd while `sched_switch` runs on this CPU (counted up at its start, with a full
+    /// barrier, and at its end). After a flip, userspace leaves an idle CPU (`running` 0,
+    /// `last_ts` set) whose `seq` it reads even where it is: no run there read the old
+    /// epoch and is still writing its interval, and the next switch there (out of idle,
+    /// charging nothing to the old interval) opens the new one. That spares an IPI that
+    /// woke an idle CPU and waited for it, every interval.
+    pub seq: u64,
 }
 
 /// The entry of `cpu`'s sketch of `parity` in a sketch array of `2 * ncpus` entries: a
@@ -289,7 +299,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<CpuSlot>(), 32);
         assert_eq!(
             core::mem::size_of::<CpuState>(),
-            64 + core::mem::size_of::<crate::wait::SliceRing>() + 8
+            64 + core::mem::size_of::<crate::wait::SliceRing>() + 16
         );
         assert_eq!(core::mem::size_of::<CpuFlipArgs>(), 32);
         assert_eq!(core::mem::size_of::<CpuTrace>(), 48);

@@ -22,7 +22,8 @@ use crate::maps::{
 use crate::{atomic_fetch_add, present};
 
 /// The hot path: runs at every context switch on the machine, so it does the least it can.
-/// No atomics and no clock read (but one per CPU per interval, at the switch that opens it):
+/// One atomic (the `seq` mark userspace needs to leave an idle CPU alone at a flip) and no
+/// clock read (but one per CPU per interval, at the switch that opens it):
 /// "now" is the scheduler's own task clock, which it has just written into the switching tasks
 /// (see `ebee_shared::cpu`), and the per-CPU state holds the rest. The first switch on a CPU after a flip closes that CPU's interval.
 #[btf_tracepoint(function = "sched_switch")]
@@ -37,6 +38,15 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
     let st = present(CPU_STATE.get_ptr_mut(0))?;
     let c = present(CTL.get_ptr(0))?;
+    // `seq` is odd while this run may write the interval whose epoch it reads (from here to
+    // the closing mark at the end; no return in between). The add is a locked instruction on
+    // x86, a full barrier (the fetch variant, fully ordered on every architecture, took the
+    // program 8 bytes past 6.1's stack limit; the programs rely on x86's ordering elsewhere
+    // too): either this run reads an epoch flipped before the mark, or userspace, reading the
+    // mark after its flip, sees it odd (running) or moved on (done), and so never takes an
+    // idle CPU's interval as closed while a run there still writes it (`CpuState::seq`).
+    // SAFETY: this CPU's value of a per-CPU array (see below).
+    unsafe { crate::atomic::atomic_add(&raw mut (*st).seq, 1) };
     // SAFETY: this CPU's value of a per-CPU array. The scheduler calls this program with
     // interrupts off, and `cpu_flip` (the only other writer) runs on this CPU in an IPI or with
     // preemption off, so nothing else touches it while we run.
@@ -157,6 +167,11 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
         s.clock_off = crate::now_ns().wrapping_sub(now);
         s.off_stale = 0;
     }
+    // Every write of the run before the closing mark (x86 keeps stores in order).
+    // SAFETY: no instructions (a compiler barrier, as above).
+    unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
+    // SAFETY: this CPU's value, as above; only this CPU writes `seq`, with interrupts off.
+    unsafe { core::ptr::write_volatile(&raw mut s.seq, s.seq.wrapping_add(1)) };
     Ok(0)
 }
 
@@ -266,6 +281,10 @@ fn try_cpu_flip(ctx: &RawTracePointContext) -> Result<u32, i64> {
         )
     };
     let cur = (pid_tgid >> 32) as u32;
+    // What runs here, for userspace's next flip: a CPU where no switch has happened since
+    // attaching (a real-time spinner that started before) still says idle, and an idle CPU is
+    // left alone at a flip (`CpuState::seq`) where a busy one must be moved.
+    s.running = cur;
     if cur != 0 && task != 0 {
         let at = task + global(&TASK_EXEC_START_OFF) as u64;
         // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.

@@ -462,8 +462,8 @@ fn check_bursts(what: &str, bins: &[(u64, u64, u64)], bursts: &[(u64, u64, u64)]
 
 /// The same on a CPU that no switch moves to the next interval: a real-time spinner holds CPU 1
 /// until ebee-top gives up kicking it (three misses in a row) and moves it by IPI at every
-/// drain; then, while it still does, the bursts run there, so most flips find that CPU idle
-/// (and an idle CPU is moved by IPI anyway).
+/// drain; then, while it still does, the bursts run there: a flip that finds them running
+/// moves that CPU by IPI, one that finds it idle leaves it there (see the test below).
 /// Bin 0 must still start at the flip (it started where the CPU last went idle, up to an
 /// interval earlier, and bursts landed bins late).
 #[test]
@@ -495,8 +495,8 @@ fn burst_bins_are_right_on_a_cpu_moved_by_ipi() {
     for _ in 0..60 {
         std::thread::sleep(TICK);
         let raw = p.drain().unwrap();
-        // Given up on (a miss), or idle at the flip: either way `cpu_flip` moved it.
-        moved += usize::from(raw.handshake_timeouts > 0 || raw.idle_moved > 0);
+        // Given up on (a miss) and moved by `cpu_flip`, or idle at the flip and left there.
+        moved += usize::from(raw.handshake_timeouts > 0 || raw.idle_left > 0);
         n += 1;
         from = from.min(raw.start_ns);
         to = to.max(raw.end_ns);
@@ -504,8 +504,42 @@ fn burst_bins_are_right_on_a_cpu_moved_by_ipi() {
     }
     assert!(
         moved * 10 >= n * 9,
-        "CPU 1 was moved by IPI in only {moved} of {n} drains"
+        "CPU 1 was moved by IPI or left idle in only {moved} of {n} drains"
     );
     let bursts = burst_log(&mut child, from, to);
     check_bursts("process", &procs, &bursts, moved as u64);
+}
+
+/// An idle CPU is left alone at the flip, neither kicked nor moved by IPI (`CpuState::seq`):
+/// its next switch, out of idle, opens the new interval. The bursts of a process that runs
+/// there a quarter of the time must still land in the right bins of the right intervals, and
+/// nothing in between. The drain runs on CPU 0, so CPU 1 is never its own.
+#[test]
+fn burst_bins_are_right_on_a_cpu_left_idle_at_the_flip() {
+    if !privileged("burst_bins_are_right_on_a_cpu_left_idle_at_the_flip") {
+        return;
+    }
+    ebee_tests::pin_to_cpu(0);
+    let mut p = probes(ProbeConfig::default());
+    let mut child = bursts(&["taskset", "-c", "1"]);
+    let pid = child.pid();
+    let mut procs = Vec::new();
+    let (mut from, mut to, mut left, mut moved, mut n) = (u64::MAX, 0, 0, 0, 0);
+    for _ in 0..60 {
+        std::thread::sleep(TICK);
+        let raw = p.drain().unwrap();
+        left += usize::from(raw.idle_left > 0);
+        moved += raw.handshake_timeouts;
+        n += 1;
+        from = from.min(raw.start_ns);
+        to = to.max(raw.end_ns);
+        bins_of(&raw, &raw.rows, pid, &mut procs);
+    }
+    // The bursts take a quarter of CPU 1; the machine's other tasks some more.
+    assert!(
+        left * 2 >= n,
+        "CPU 1 was left idle at only {left} of {n} flips"
+    );
+    let bursts = burst_log(&mut child, from, to);
+    check_bursts("process", &procs, &bursts, moved);
 }

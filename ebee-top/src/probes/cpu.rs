@@ -90,6 +90,8 @@ pub struct RawInterval {
     /// CPUs that were idle at the flip, and the one the drain ran on, moved to the next
     /// interval by `cpu_flip` without a kick (not a failure).
     pub idle_moved: u64,
+    /// CPUs idle at the flip and left there: their next switch opens the new interval.
+    pub idle_left: u64,
     /// Process exec/exit events that arrived during the interval.
     pub lifecycle: Vec<ebee_shared::lifecycle::LifecycleEvent>,
     /// Cumulative events lost to full ring buffers since load.
@@ -337,9 +339,10 @@ impl CpuDrain {
         }
     }
 
-    /// Wait until every CPU writes interval `epoch`; returns how many had to be moved by IPI
-    /// (or could not be moved), and how many idle CPUs were moved by IPI.
-    fn close_all(&mut self, epoch: u64) -> Result<(u64, u64), aya::maps::MapError> {
+    /// Wait until every CPU writes interval `epoch` or is idle with nothing writing its
+    /// closed interval; returns how many had to be moved by IPI (or could not be moved), how
+    /// many idle CPUs (or this one) were moved by `cpu_flip`, and how many were left idle.
+    fn close_all(&mut self, epoch: u64) -> Result<(u64, u64, u64), aya::maps::MapError> {
         let start = Instant::now();
         self.stragglers.start_drain();
         let args = CpuFlipArgs {
@@ -356,14 +359,25 @@ impl CpuDrain {
         // tick at most); the rest goes to the new interval, as a straggler's does.
         // SAFETY: no arguments; -1 on failure.
         let here = unsafe { libc::sched_getcpu() };
+        // Read after the flip (its atomic exchange is a full barrier): see `CpuState::seq`.
         let states = self.state.get(&0, 0)?;
         let mut idle = 0;
+        let mut left_idle = 0;
         let mut rest = Vec::with_capacity(self.ncpus);
         for cpu in 0..self.ncpus {
+            let Some(s) = states.get(cpu) else {
+                rest.push(cpu);
+                continue;
+            };
             // `last_ts` 0: no switch seen yet, so no clock to move it by; its kick starts it.
-            let move_now = states.get(cpu).is_some_and(|s| {
-                s.epoch != epoch && s.last_ts != 0 && (s.running == 0 || cpu as i32 == here)
-            });
+            let behind = s.epoch != epoch && s.last_ts != 0;
+            if behind && s.running == 0 && cpu as i32 != here && s.seq % 2 == 0 {
+                // Idle, and no switch there is under way: nothing writes its closed interval
+                // any more, and the switch out of idle opens the new one.
+                left_idle += 1;
+                continue;
+            }
+            let move_now = behind && (s.running == 0 || cpu as i32 == here);
             if move_now && self.flipper.run_on_cpu(cpu as u32, &args).is_ok() {
                 idle += 1;
             } else {
@@ -410,7 +424,7 @@ impl CpuDrain {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
-        Ok((moved, idle))
+        Ok((moved, idle, left_idle))
     }
 
     /// Move `cpu` to the interval in `args` by IPI; 1 if that counts as a CPU that did not
@@ -448,7 +462,7 @@ impl CpuDrain {
 
         // 1. Every CPU switches to the new interval: kicked to switch now, moved by IPI if it
         //    has not by the deadline.
-        let (failed, idle_moved) = self.close_all(new_epoch)?;
+        let (failed, idle_moved, idle_left) = self.close_all(new_epoch)?;
 
         // 2. The closed interval's sketches, then clear them for reuse two flips from now.
         // SAFETY: every CPU has moved to the new interval (`close_all`), so none writes the
@@ -461,6 +475,7 @@ impl CpuDrain {
             bin_width_ns: bins.width_ns,
             handshake_timeouts: failed,
             idle_moved,
+            idle_left,
             ..Default::default()
         };
         for sk in sketches {
