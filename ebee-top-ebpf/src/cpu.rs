@@ -36,8 +36,8 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 /// `ctx` must be a sched_switch tp_btf context: (preempt, prev, next, prev_state).
 #[inline(always)]
 unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
-    let st = present(CPU_STATE.get_ptr_mut(0))?;
     let c = present(CTL.get_ptr(0))?;
+    let st = present(CPU_STATE.get_ptr_mut(0))?;
     // `seq` is odd while this run may write the interval whose epoch it reads (from here to
     // the closing mark at the end; no return in between). The add is a locked instruction on
     // x86, a full barrier (the fetch variant, fully ordered on every architecture, took the
@@ -170,8 +170,12 @@ unsafe fn try_sched_switch(ctx: &BtfTracePointContext) -> Result<u32, i64> {
     // Every write of the run before the closing mark (x86 keeps stores in order).
     // SAFETY: no instructions (a compiler barrier, as above).
     unsafe { core::arch::asm!("", options(nostack, preserves_flags)) };
-    // SAFETY: this CPU's value, as above; only this CPU writes `seq`, with interrupts off.
-    unsafe { core::ptr::write_volatile(&raw mut s.seq, s.seq.wrapping_add(1)) };
+    // Found again rather than held through the run: held, the pointer took `sched_switch`
+    // 8 bytes past 6.1's stack limit.
+    if let Some(st) = CPU_STATE.get_ptr_mut(0) {
+        // SAFETY: this CPU's value, as above; only this CPU writes `seq`, with interrupts off.
+        unsafe { core::ptr::write_volatile(&raw mut (*st).seq, (*st).seq.wrapping_add(1)) };
+    }
     Ok(0)
 }
 
