@@ -52,36 +52,37 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     f.render_widget(block, area);
     let now = app.shown().table.now_cell();
     let total = (per_row * rows) as usize;
-    let cells = e.burst.dense(now, total);
-    let mut lines: Vec<Line> = cells
-        .chunks(per_row as usize)
-        .enumerate()
-        .map(|(i, row)| {
-            let ago_s = (rows - i as u64) * per_row * CELL_NS / 1_000_000_000;
-            let s: String = row
-                .chunks(per_col as usize)
-                .map(|col| spark(col.iter().copied().max().unwrap_or(0), CELL_NS, t.ascii))
-                .collect();
-            Line::from(vec![
-                Span::raw(format!("{:>5} ", format!("-{ago_s}s"))),
-                Span::styled(s, c.burst()),
-            ])
-        })
-        .collect();
+    let mut lines: Vec<Line> = e.burst.with_dense(now, total, |cells| {
+        cells
+            .chunks(per_row as usize)
+            .enumerate()
+            .map(|(i, row)| {
+                let ago_s = (rows - i as u64) * per_row * CELL_NS / 1_000_000_000;
+                let s: String = row
+                    .chunks(per_col as usize)
+                    .map(|col| spark(col.iter().copied().max().unwrap_or(0), CELL_NS, t.ascii))
+                    .collect();
+                Line::from(vec![
+                    Span::raw(format!("{:>5} ", format!("-{ago_s}s"))),
+                    Span::styled(s, c.burst()),
+                ])
+            })
+            .collect()
+    });
     // The run-queue wait of the whole minute on one line, each column the average wait of
     // its span (a full column: one thread waiting all the time).
     if waits {
         let w = inner_w as usize;
         let span = total.div_ceil(w.max(1)).max(1);
-        let s: String = e
-            .wait
-            .dense(now, span * w)
-            .chunks(span)
-            .map(|col| {
-                let avg = col.iter().sum::<u64>() / col.len() as u64;
-                spark(avg, CELL_NS, t.ascii)
-            })
-            .collect();
+        let s: String = e.wait.with_dense(now, span * w, |cells| {
+            cells
+                .chunks(span)
+                .map(|col| {
+                    let avg = col.iter().sum::<u64>() / col.len() as u64;
+                    spark(avg, CELL_NS, t.ascii)
+                })
+                .collect()
+        });
         lines.push(Line::from(vec![
             Span::raw(format!("{:>5} ", "wait")),
             Span::styled(s, c.latency()),

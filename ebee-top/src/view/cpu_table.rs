@@ -575,7 +575,9 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                         let name = if name.is_empty() { "-" } else { &name };
                         format!("{name:<18.18}")
                     }
-                    Drawn::Burst => sparkline(&e.burst.dense(now, bw), CELL_NS, t.ascii),
+                    Drawn::Burst => e
+                        .burst
+                        .with_dense(now, bw, |d| sparkline(d, CELL_NS, t.ascii)),
                     Drawn::Command => cut_to_width(
                         command_cell(
                             e,

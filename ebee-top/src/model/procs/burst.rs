@@ -201,7 +201,33 @@ impl Burst {
 
     /// ns per cell for the `n` cells ending with `last` (inclusive), oldest first.
     pub fn dense(&self, last: u64, n: usize) -> Vec<u64> {
-        let mut out = vec![0u64; n];
+        let mut out = Vec::new();
+        self.dense_into(last, n, &mut out);
+        out
+    }
+
+    /// [`Self::dense`], lent to `f` from a buffer the thread keeps. A minute of cells is
+    /// 48 KiB: allocated anew for every frame, past the allocator's 32 KiB mapping threshold
+    /// (`os::residency::big_blocks_mapped`), it was a mapping made, faulted in page by page
+    /// and unmapped again, several times a frame.
+    pub fn with_dense<R>(&self, last: u64, n: usize, f: impl FnOnce(&[u64]) -> R) -> R {
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        BUF.with(|b| match b.try_borrow_mut() {
+            Ok(mut b) => {
+                self.dense_into(last, n, &mut b);
+                f(&b)
+            }
+            // Called again from inside `f`: a buffer of its own.
+            Err(_) => f(&self.dense(last, n)),
+        })
+    }
+
+    /// [`Self::dense`] into `out`, replacing what it held.
+    pub fn dense_into(&self, last: u64, n: usize, out: &mut Vec<u64>) {
+        out.clear();
+        out.resize(n, 0);
         for (c, v) in self.pairs().rev() {
             if c > last {
                 continue;
@@ -213,7 +239,6 @@ impl Burst {
             }
             out[n - 1 - back] += v;
         }
-        out
     }
 
     /// The sum over cells `first..=last`, found from the window asked for last time when
