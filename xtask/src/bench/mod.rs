@@ -20,6 +20,7 @@ mod switch;
 mod waits;
 
 use std::fmt::{self, Write as _};
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context as _, Result};
@@ -271,10 +272,14 @@ pub fn run(which: Which) -> Result<()> {
 
 // ---- Running the pieces -------------------------------------------------------------------
 
-/// Kills the workload when dropped.
+/// Kills the workload when dropped, with every process it started: `workload` puts it in a
+/// process group of its own (`mix`'s workers outlived it, and ran through the rows measured
+/// after it).
 pub struct Workload(pub Child);
 impl Drop for Workload {
     fn drop(&mut self) {
+        // SAFETY: kill(2) on the group our own child leads (ESRCH, harmless, if it leads none).
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -290,6 +295,7 @@ pub fn workload(args: &[&str]) -> Result<Workload> {
     let c = Command::new(bin("ebee-load"))
         .args(args)
         .stdin(Stdio::null())
+        .process_group(0)
         .spawn()
         .context("starting ebee-load")?;
     Ok(Workload(c))
