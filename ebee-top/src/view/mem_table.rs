@@ -66,29 +66,27 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     } else {
         Box::new(m.mem.sketch.by_rss())
     };
-    let texts: Vec<[String; 4]> = entries
+    // The name borrowed from the Model, not copied.
+    let texts: Vec<([String; 3], &str)> = entries
         .filter(|e| matches(e.pid))
         .take(n)
         .map(|e| {
-            let name = m
-                .proc_info(e.pid)
-                .map(|p| p.comm.clone())
-                .unwrap_or_else(|| "?".into());
-            [
-                format!("{:>7}", e.pid),
-                format!("{:>6}", super::cpu_table::bytes(e.rss_bytes)),
-                format!("{:>9}", rate(e.growth_per_s)),
-                name.to_string(),
-            ]
+            let name = m.proc_info(e.pid).map_or("?", |p| &*p.comm);
+            (
+                [
+                    format!("{:>7}", e.pid),
+                    format!("{:>6}", super::cpu_table::bytes(e.rss_bytes)),
+                    format!("{:>9}", rate(e.growth_per_s)),
+                ],
+                name,
+            )
         })
         .collect();
     let rows: Vec<(Vec<TableCell>, Style)> = texts
         .iter()
-        .map(|t| {
-            (
-                t.iter().map(|s| s.as_str().into()).collect(),
-                Style::default(),
-            )
+        .map(|(nums, name)| {
+            let cells = nums.iter().map(|s| s.as_str().into());
+            (cells.chain([(*name).into()]).collect(), Style::default())
         })
         .collect();
     let header = [
