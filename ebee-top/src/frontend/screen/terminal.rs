@@ -4,7 +4,7 @@
 //! threads that turn terminal input and signals into messages for the screen loop live here
 //! too.
 
-use std::io::{Stdout, Write, stdout};
+use std::io::{BufWriter, Stdout, Write, stdout};
 use std::sync::Once;
 use std::sync::mpsc::Sender;
 
@@ -19,7 +19,10 @@ use ratatui::{Terminal, backend::CrosstermBackend};
 
 use crate::app::Msg;
 
-pub type Term = Terminal<CrosstermBackend<Stdout>>;
+/// The terminal behind a buffer as large as any frame: a frame reaches it in one write at the
+/// flush that ends each draw. Stdout's own line buffer passed it on in 1 KiB pieces, five or
+/// six writes a frame for the 200x50 screen.
+pub type Term = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
 
 /// Holds the terminal in raw mode on the alternate screen; dropping it puts it back.
 pub struct Guard(());
@@ -60,7 +63,10 @@ impl Guard {
         if mouse {
             execute!(out, EnableMouseCapture)?;
         }
-        let terminal = Terminal::new(CrosstermBackend::new(out))?;
+        let terminal = Terminal::new(CrosstermBackend::new(BufWriter::with_capacity(
+            1 << 16,
+            out,
+        )))?;
         Ok((guard, terminal))
     }
 }
