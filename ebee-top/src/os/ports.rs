@@ -89,13 +89,15 @@ pub fn all_listening_tcp_ports() -> Vec<u16> {
         }
         read(&me);
     }
-    if let Ok(all) = procfs::process::all_processes() {
-        for p in all.flatten() {
-            // read_link does not follow: the target is the namespace's name, "net:[inode]".
-            let Ok(ns) = std::fs::read_link(format!("/proc/{}/ns/net", p.pid)) else {
-                continue;
-            };
-            if seen.insert(ns) {
+    // One listing of /proc and one readlink a process; only the first process of each
+    // namespace is opened.
+    for pid in super::pids() {
+        // read_link does not follow: the target is the namespace's name, "net:[inode]".
+        let Ok(ns) = std::fs::read_link(format!("/proc/{pid}/ns/net")) else {
+            continue;
+        };
+        if seen.insert(ns) {
+            if let Ok(p) = Process::new(pid as i32) {
                 read(&p);
             }
         }

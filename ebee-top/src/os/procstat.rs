@@ -37,8 +37,9 @@ pub fn parse(text: &[u8]) -> Option<(ProcStat, u64)> {
 /// /proc/PID/stat of `pid` (a thread id works too), if it is still the process that started at
 /// `start_ticks` (0: unknown, not checked): a reused pid gives None.
 pub fn read(pid: u32, start_ticks: u64) -> Option<ProcStat> {
-    let text = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let (st, start) = parse(&text)?;
+    let mut buf = [0u8; 4096];
+    let text = super::read_small(&format!("/proc/{pid}/stat"), &mut buf)?;
+    let (st, start) = parse(text)?;
     (start_ticks == 0 || start == start_ticks).then_some(st)
 }
 
