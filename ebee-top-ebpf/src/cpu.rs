@@ -11,7 +11,7 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext},
 };
 use ebee_shared::{
-    cpu::{BinCfg, CpuSlot, CpuState, CpuTrace},
+    cpu::{BinCfg, CpuSlot, CpuState, CpuTrace, FlipCharge},
     ctl,
 };
 
@@ -258,7 +258,9 @@ fn charge(s: &CpuState, tgid: u32, cgroup: u32, tid: u32, start: u64, end: u64) 
 /// The scheduler's task clock cannot be read "now" here, but the running task's
 /// `se.exec_start` is where the scheduler last brought it up to date (at the latest, the last
 /// tick): its slice up to there goes to the closing interval, the rest to the new one. So a
-/// task that never leaves its CPU still shows in every interval, off by at most a tick.
+/// task that never leaves its CPU still shows in every interval, off by at most a tick. The
+/// closing slice is not inserted here but left in the sketch as a [`FlipCharge`], which
+/// userspace charges (to the process, cgroup and thread) when it drains the interval.
 /// Neither this nor `sched_switch` can interrupt the other on one CPU, so once it returns this
 /// CPU writes only the new interval.
 #[raw_tracepoint(tracepoint = "ebee_cpu_flip")]
@@ -300,11 +302,21 @@ fn try_cpu_flip(ctx: &RawTracePointContext) -> Result<u32, i64> {
                 // uncharged until it leaves the CPU, which a real-time spinner may never do.
                 s.last_ts = upto;
             } else if upto > start {
-                let cg = crate::cgroup::key_of_addr(task);
-                let tid = if threads != 0 { pid_tgid as u32 } else { 0 };
-                charge_or_count(s, cur, cg, tid, start, upto);
-                if crate::cgroup::charge(s, cg, upto - start, 0).is_err() {
-                    count_drop(ebee_shared::drops::PROG_ERRORS);
+                // Left in the closing interval's sketch for userspace to charge (see
+                // `FlipCharge`): at most one slice per CPU per interval.
+                let flip = FlipCharge {
+                    tgid: cur,
+                    cgroup: crate::cgroup::key_of_addr(task),
+                    tid: if threads != 0 { pid_tgid as u32 } else { 0 },
+                    reserved: 0,
+                    start: start.saturating_sub(s.flip_ts),
+                    end: upto.saturating_sub(s.flip_ts),
+                };
+                match sketch(&CPU_SKETCH, s, ctl::parity(s.epoch)) {
+                    // SAFETY: this CPU's entry of the closing interval, which only this CPU
+                    // writes until userspace reads it after this run.
+                    Some(sk) => unsafe { (*sk).flip = flip },
+                    None => count_drop(ebee_shared::drops::PROG_ERRORS),
                 }
                 s.last_ts = upto;
             }

@@ -7,7 +7,7 @@ use std::io::Read as _;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ebee_shared::cpu::{BURST_BINS, CpuSketch, CpuTrace};
+use ebee_shared::cpu::{BURST_BINS, CpuSketch, CpuTrace, TRACE_FLIP};
 use ebee_tests::{bin, load, privileged, schedstat_ns, spawn_guarded};
 use ebee_top::probes::{CpuCharge, ProbeConfig, Probes, RawInterval};
 
@@ -220,7 +220,8 @@ fn userspace_replay_of_the_trace_equals_the_kernel_sketch() {
         let kernel = raw.sketches.as_ref().expect("sketches with trace");
         let trace: &Vec<CpuTrace> = raw.trace.as_ref().expect("trace");
         let mut replay = vec![CpuSketch::default(); kernel.len()];
-        for rec in trace {
+        // The charges cpu_flip left for userspace are not in the kernel's stages.
+        for rec in trace.iter().filter(|r| r.flags & TRACE_FLIP == 0) {
             replay[rec.cpu as usize].add(rec.slot);
         }
         updates += trace.len();

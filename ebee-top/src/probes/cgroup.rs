@@ -9,7 +9,7 @@ use aya::{
 };
 use ebee_shared::{
     cgroup::{CgOffsets, CgSketch},
-    cpu::{BinCfg, ThreadSketch},
+    cpu::{BinCfg, CpuSlot, ThreadSketch},
     map_names,
 };
 // foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
@@ -17,7 +17,7 @@ use ebee_shared::{
 use foldhash::{HashMap, HashMapExt as _};
 
 use super::btf::Btf;
-use super::cpu::{CpuCharge, Merge};
+use super::cpu::{CpuCharge, Flipped, Merge};
 use super::mmap_array::SketchArray;
 use super::{ProbeConfig, ProbeError, classify, take_map, take_sketch};
 use crate::os::cgroup::{CgroupFs, Kind};
@@ -168,8 +168,14 @@ impl CgDrain {
         self.threads_want
     }
 
-    /// Read and clear the closed interval of `parity` (every CPU has moved past it).
-    pub(super) fn drain(&mut self, parity: u32, bins: BinCfg) -> Result<CgRaw, ProbeError> {
+    /// Read and clear the closed interval of `parity` (every CPU has moved past it), and charge
+    /// the slices `cpu_flip` left in the CPU sketches (`flips`) to their cgroups and threads.
+    pub(super) fn drain(
+        &mut self,
+        parity: u32,
+        bins: BinCfg,
+        flips: &[Flipped],
+    ) -> Result<CgRaw, ProbeError> {
         let p = parity & 1;
         let mut raw = CgRaw::default();
         if self.on {
@@ -189,6 +195,10 @@ impl CgDrain {
                     e.1 += slot.wait_ns;
                 }
             }
+            let flipped = || flips.iter().map(|f| f.slot).filter(|s| s.aux != 0);
+            for f in flipped() {
+                by.entry(f.aux).or_default().0 += f.ns;
+            }
             raw.cgroups = rows(by);
             // SAFETY: as above.
             unsafe { self.maps.sketch.clear(p) };
@@ -207,6 +217,9 @@ impl CgDrain {
                         e.1 += x[1];
                     }
                     map.remove(&k).map_err(classify("clearing CG_SHADOW"))?;
+                }
+                for f in flipped() {
+                    by.entry(f.aux).or_default().0 += f.ns;
                 }
                 raw.cgroups_exact = Some(rows(by));
             }
@@ -235,6 +248,9 @@ impl CgDrain {
                         m.add(slot, unit);
                     }
                 }
+                for f in thread_flips(flips) {
+                    m.add(&f, unit);
+                }
                 raw.threads = Some(m.into_rows());
             }
             if written {
@@ -258,12 +274,26 @@ impl CgDrain {
                 m.add_ns(k, ns);
                 map.remove(&k).map_err(classify("clearing THREAD_SHADOW"))?;
             }
+            for f in thread_flips(flips) {
+                m.add_ns(f.tgid, f.ns);
+            }
             if report {
                 raw.threads_exact = Some(m.into_rows());
             }
         }
         Ok(raw)
     }
+}
+
+/// The flip charges of threads (the per-thread mode was on), as thread-sketch slots: keyed by
+/// thread, `aux` the process.
+fn thread_flips(flips: &[Flipped]) -> impl Iterator<Item = CpuSlot> + '_ {
+    flips.iter().filter(|f| f.tid != 0).map(|f| CpuSlot {
+        tgid: f.tid,
+        aux: f.slot.tgid,
+        ns: f.slot.ns,
+        bins: f.slot.bins,
+    })
 }
 
 fn rows(by: HashMap<u32, (u64, u64)>) -> Vec<CgCharge> {

@@ -17,8 +17,8 @@ use aya::{
 };
 use ebee_shared::{
     cpu::{
-        BURST_BINS, BinCfg, CpuFlipArgs, CpuSketch, CpuSlot, CpuState, CpuTrace, bin_lane,
-        sketch_entry,
+        BURST_BINS, BinCfg, CpuFlipArgs, CpuSketch, CpuSlot, CpuState, CpuTrace, TRACE_FLIP,
+        bin_lane, sketch_entry,
     },
     ctl, map_names,
 };
@@ -73,8 +73,12 @@ pub struct RawInterval {
     pub rows: Vec<CpuCharge>,
     /// The exact shadow, when loaded with it.
     pub exact: Option<Vec<CpuCharge>>,
-    /// Every sketch update of the interval, per CPU in order, when loaded with the trace.
+    /// Every sketch update of the interval, per CPU in order, when loaded with the trace;
+    /// then the charges `cpu_flip` left (flagged [`TRACE_FLIP`], not in the sketch stages).
     pub trace: Option<Vec<CpuTrace>>,
+    /// The slices `cpu_flip` left in the closed sketches (see [`ebee_shared::cpu::FlipCharge`]): in `rows` and
+    /// `exact` already, for the cgroup and thread drains to charge.
+    pub flips: Vec<Flipped>,
     /// The raw per-CPU sketches, when loaded with the trace (to check replays against).
     pub sketches: Option<Vec<CpuSketch>>,
     /// Nanoseconds and entries that fell out of the last sketch stage.
@@ -111,6 +115,30 @@ pub struct RawInterval {
     pub servers: Option<super::servers::ServersRaw>,
     /// Cgroups, and threads in the per-thread mode.
     pub cgroups: super::cgroup::CgRaw,
+}
+
+/// A charge `cpu_flip` left in a CPU's closed sketch ([`ebee_shared::cpu::FlipCharge`]), binned.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Flipped {
+    pub cpu: u32,
+    /// Keyed by process, `aux` its cgroup.
+    pub slot: CpuSlot,
+    /// The thread, while the per-thread mode is on (else 0).
+    pub tid: u32,
+}
+
+/// The charges `cpu_flip` left in `sketches` (one per CPU at most), binned by `bins`.
+pub fn flips_of(sketches: &[CpuSketch], bins: &BinCfg) -> Vec<Flipped> {
+    sketches
+        .iter()
+        .enumerate()
+        .filter(|(_, sk)| sk.flip.tgid != 0)
+        .map(|(cpu, sk)| Flipped {
+            cpu: cpu as u32,
+            slot: sk.flip.slot(bins),
+            tid: sk.flip.tid,
+        })
+        .collect()
 }
 
 /// What [`Merge`] keeps per key: total ns, bins, and the `aux` of its heaviest slot.
@@ -167,7 +195,7 @@ impl Merge {
 }
 
 /// Merge per-CPU sketches into one row per process (keys found in several stages or CPUs are
-/// summed).
+/// summed), with the charge `cpu_flip` left in each ([`ebee_shared::cpu::FlipCharge`]).
 pub fn merge_sketches<'a>(
     sketches: impl IntoIterator<Item = &'a CpuSketch>,
     bins: BinCfg,
@@ -177,6 +205,9 @@ pub fn merge_sketches<'a>(
     for sk in sketches {
         for slot in sk.stages.iter().flatten() {
             m.add(slot, unit);
+        }
+        if sk.flip.tgid != 0 {
+            m.add(&sk.flip.slot(&bins), unit);
         }
     }
     m.into_rows()
@@ -485,6 +516,7 @@ impl CpuDrain {
             raw.shadow_full += sk.shadow_full;
         }
         raw.rows = merge_sketches(sketches, bins);
+        raw.flips = flips_of(sketches, &bins);
         let kept = self.trace.is_some().then(|| sketches.to_vec());
         // SAFETY: as for `closed`; the borrow of the sketches has ended.
         unsafe { self.sketch.clear(old_parity) };
@@ -499,17 +531,23 @@ impl CpuDrain {
                 m.add_ns(k, ns);
                 map.remove(&k)?;
             }
+            for f in &raw.flips {
+                m.add_ns(f.slot.tgid, f.slot.ns);
+            }
             raw.exact = Some(m.into_rows());
         }
 
         // 4. The update trace: records of the closed epoch; later ones wait for their drain.
         if let Some(ring) = self.trace.as_mut() {
-            raw.trace = Some(super::take_trace(
-                ring,
-                &mut self.pending_trace,
-                old_epoch,
-                |r| r.epoch,
-            ));
+            let mut trace =
+                super::take_trace(ring, &mut self.pending_trace, old_epoch, |r| r.epoch);
+            trace.extend(raw.flips.iter().map(|f| CpuTrace {
+                epoch: old_epoch,
+                cpu: f.cpu,
+                flags: TRACE_FLIP,
+                slot: f.slot,
+            }));
+            raw.trace = Some(trace);
             raw.sketches = kept;
         }
         Ok(raw)

@@ -220,9 +220,11 @@ impl Probes {
             raw.mem = Some(m.drain(epoch).map_err(classify("draining memory maps"))?);
         }
         raw.waits = self.wait.drain(ebee_shared::ctl::parity(epoch) ^ 1)?;
-        raw.cgroups = self
-            .cgroups
-            .drain(ebee_shared::ctl::parity(epoch) ^ 1, self.cpu.closed_bins())?;
+        raw.cgroups = self.cgroups.drain(
+            ebee_shared::ctl::parity(epoch) ^ 1,
+            self.cpu.closed_bins(),
+            &raw.flips,
+        )?;
         raw.lifecycle = self.lifecycle.read();
         if let Some(s) = self.servers.as_mut() {
             let exited: foldhash::HashSet<u32> = raw
