@@ -40,6 +40,7 @@ pub fn probe_config(cli: &Cli) -> ProbeConfig {
         no_culprits: cli.no_culprits,
         stats_sampled: true,
         cgroups: cgroups_want(cli.cgroups),
+        syscalls_now: !cli.pids.is_empty(),
     }
 }
 

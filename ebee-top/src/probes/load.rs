@@ -82,9 +82,12 @@ impl Probes {
         } else {
             None
         };
-        // The syscall programs: loaded now (so a verifier error shows at start), attached only
-        // while something is pinned.
-        let qos = qos::QosProbes::new(&mut ebpf, &aya_btf, layout.qos, ncpus)?;
+        // The syscall programs: loaded now when the command line pins (so a verifier error
+        // shows at start), else at the first pin; attached only while something is pinned.
+        let mut qos = qos::QosProbes::new(&mut ebpf, layout.qos, ncpus)?;
+        if cfg.syscalls_now {
+            qos.load_programs(&mut ebpf, Some(&aya_btf))?;
+        }
         if let Some(r) = qos.refused() {
             off.push(PipelineOff {
                 name: "syscalls",

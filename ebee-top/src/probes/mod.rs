@@ -87,6 +87,10 @@ pub struct ProbeConfig {
     /// Leave the off-CPU split (and the wait culprits) off (`--no-culprits`): the
     /// `sched_switch` code for them is dropped by the verifier, so it costs nothing.
     pub no_culprits: bool,
+    /// Load the syscall programs at start (processes are pinned from the command line).
+    /// Otherwise they are loaded at the first pin: the verifier takes about 20 ms over them,
+    /// which every start would pay for a feature most runs never use.
+    pub syscalls_now: bool,
 }
 
 /// The sampling window of the BPF run-time statistics, and the period it repeats with.

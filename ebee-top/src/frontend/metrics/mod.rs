@@ -351,6 +351,7 @@ pub fn serve(a: &ServeArgs, endpoint: Option<Endpoint>) -> anyhow::Result<()> {
         no_culprits: a.no_culprits,
         stats_sampled: true,
         cgroups: crate::os::cgroup::Want::Auto,
+        syscalls_now: !a.pids.is_empty(),
     };
     let mut live = Live::start(cfg, a.delay)?;
     super::say_pipelines_off(&live);

@@ -95,43 +95,68 @@ pub(super) struct QosProbes {
     pub(super) offsets: Offsets,
     /// CPUs whose in-flight `sys_exit` could not be waited for (cumulative).
     pub(super) handshake_timeouts: u64,
-    /// Why the kernel refused a syscall program (None: both loaded); pins are then refused.
+    /// Why the kernel refused a syscall program (None: both loaded, or not tried yet); pins
+    /// are then refused.
     refused: Option<String>,
+    /// Both syscall programs are loaded.
+    loaded: bool,
 }
 
 impl QosProbes {
-    /// Take the QoS maps and load (not attach) the two syscall programs.
-    pub(super) fn new(
-        ebpf: &mut Ebpf,
-        btf: &aya::Btf,
-        offsets: Offsets,
-        ncpus: usize,
-    ) -> Result<Self, ProbeError> {
+    /// Take the QoS maps; the two syscall programs are loaded by [`Self::load_programs`].
+    pub(super) fn new(ebpf: &mut Ebpf, offsets: Offsets, ncpus: usize) -> Result<Self, ProbeError> {
         let maps = maps::QosMaps::take(ebpf, ncpus)?;
-        let mut refused = None;
-        for name in [prog_names::SYS_ENTER, prog_names::SYS_EXIT] {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
-                .try_into()
-                .map_err(classify(name))?;
-            // A refusal turns pinning off, not the run: the other pipelines do not need these.
-            if let Err(e) = prog.load(name, btf) {
-                if super::is_permission(&e) {
-                    return Err(ProbeError::Permission);
-                }
-                refused = Some(super::pipelines::refused(name, &e));
-                break;
-            }
-        }
         Ok(Self {
             maps,
             slots: PinSlots::default(),
             links: None,
             offsets,
             handshake_timeouts: 0,
-            refused,
+            refused: None,
+            loaded: false,
         })
+    }
+
+    /// Load (not attach) the two syscall programs, once; `btf` is the loader's, or None to
+    /// read the kernel's BTF for them now (a pin after start). A refusal turns pinning off
+    /// (see [`Self::refused`]), not the run: the other pipelines do not need these.
+    pub(super) fn load_programs(
+        &mut self,
+        ebpf: &mut Ebpf,
+        btf: Option<&aya::Btf>,
+    ) -> Result<(), ProbeError> {
+        if self.loaded || self.refused.is_some() {
+            return Ok(());
+        }
+        let own;
+        let btf = match btf {
+            Some(b) => b,
+            None => {
+                let unsupported =
+                    |e: &dyn std::fmt::Display| ProbeError::Unsupported(e.to_string());
+                let blob = super::btf::Btf::from_sys_fs()
+                    .map_err(|e| unsupported(&e))?
+                    .tracepoint_blob(&[prog_names::SYS_ENTER, prog_names::SYS_EXIT]);
+                own = super::btf::parse_for_aya(&blob).map_err(|e| unsupported(&e))?;
+                &own
+            }
+        };
+        for name in [prog_names::SYS_ENTER, prog_names::SYS_EXIT] {
+            let prog: &mut BtfTracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| ProbeError::Other(format!("no program {name}")))?
+                .try_into()
+                .map_err(classify(name))?;
+            if let Err(e) = prog.load(name, btf) {
+                if super::is_permission(&e) {
+                    return Err(ProbeError::Permission);
+                }
+                self.refused = Some(super::pipelines::refused(name, &e));
+                return Ok(());
+            }
+        }
+        self.loaded = true;
+        Ok(())
     }
 
     /// Why the kernel refused the syscall programs (None: pinning works).
@@ -155,6 +180,9 @@ impl QosProbes {
     pub(super) fn set_pins(&mut self, ebpf: &mut Ebpf, pids: &[u32]) -> Result<(), ProbeError> {
         if !cfg!(target_arch = "x86_64") && !pids.is_empty() {
             return Err(ProbeError::Pin(PinError::Unsupported));
+        }
+        if !pids.is_empty() {
+            self.load_programs(ebpf, None)?;
         }
         if let (Some(r), false) = (&self.refused, pids.is_empty()) {
             return Err(ProbeError::Pin(PinError::Refused(r.clone())));
