@@ -452,7 +452,7 @@ mod tests {
             // reciprocal's excess), and a slice in one bin by bin_of goes there whole.
             let units = c.width_ns >> 10;
             let excess = c.recip * units - (1 << 32);
-            let early_ns = (((c.width_ns * 9 >> 10) * excess) >> 32) * 1024 + 1024;
+            let early_ns = ((((c.width_ns * 9) >> 10) * excess) >> 32) * 1024 + 1024;
             let slack = early_ns.div_ceil(unit) + 1;
             for _ in 0..20_000 {
                 let start = next() % (c.width_ns * 9);
