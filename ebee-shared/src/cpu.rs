@@ -126,8 +126,8 @@ pub struct SketchOf<const W: usize> {
     pub updates: u64,
     /// Updates the exact shadow could not record (shadow map full).
     pub shadow_full: u64,
-    /// The process sketch's: what `cpu_flip` charged at the end of the interval (the thread
-    /// sketch's is unused).
+    /// The process sketch's: the slice `cpu_flip` left at the end of the interval, for
+    /// userspace to charge (the thread sketch's is unused).
     pub flip: FlipCharge,
     /// Up to a whole number of cache lines: see [`crate::cache_lines`].
     pub pad: [u64; SKETCH_PAD],

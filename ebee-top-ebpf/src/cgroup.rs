@@ -1,8 +1,8 @@
 //! Cgroups and threads, from the context switch: the outgoing thread's cgroup key (four
 //! dependent BTF loads, see `ebee_shared::cgroup`), its slice and run-queue wait charged to that
 //! cgroup, and, while the per-thread mode is on, its slice charged to the thread in the thread
-//! sketch. Called from `sched_switch` and `cpu_flip`, under the CPU pipeline's epoch and
-//! parity.
+//! sketch. Called from `sched_switch`, under the CPU pipeline's epoch and parity; `cpu_flip`
+//! only reads the cgroup key (`key_of_addr`) and leaves its slice for userspace to charge.
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 use ebee_shared::{

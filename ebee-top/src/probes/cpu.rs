@@ -76,8 +76,8 @@ pub struct RawInterval {
     /// Every sketch update of the interval, per CPU in order, when loaded with the trace;
     /// then the charges `cpu_flip` left (flagged [`TRACE_FLIP`], not in the sketch stages).
     pub trace: Option<Vec<CpuTrace>>,
-    /// The slices `cpu_flip` left in the closed sketches (see [`ebee_shared::cpu::FlipCharge`]): in `rows` and
-    /// `exact` already, for the cgroup and thread drains to charge.
+    /// The slices `cpu_flip` left in the closed sketches ([`ebee_shared::cpu::FlipCharge`]):
+    /// in `rows` and `exact` already, for the cgroup and thread drains to charge.
     pub flips: Vec<Flipped>,
     /// The raw per-CPU sketches, when loaded with the trace (to check replays against).
     pub sketches: Option<Vec<CpuSketch>>,
@@ -195,9 +195,10 @@ impl Merge {
 }
 
 /// Merge per-CPU sketches into one row per process (keys found in several stages or CPUs are
-/// summed), with the charge `cpu_flip` left in each ([`ebee_shared::cpu::FlipCharge`]).
+/// summed), with the charges `cpu_flip` left in them ([`flips_of`]).
 pub fn merge_sketches<'a>(
     sketches: impl IntoIterator<Item = &'a CpuSketch>,
+    flips: &[Flipped],
     bins: BinCfg,
 ) -> Vec<CpuCharge> {
     let unit = 1u64 << bins.unit_shift;
@@ -206,9 +207,9 @@ pub fn merge_sketches<'a>(
         for slot in sk.stages.iter().flatten() {
             m.add(slot, unit);
         }
-        if sk.flip.tgid != 0 {
-            m.add(&sk.flip.slot(&bins), unit);
-        }
+    }
+    for f in flips {
+        m.add(&f.slot, unit);
     }
     m.into_rows()
 }
@@ -515,8 +516,8 @@ impl CpuDrain {
             raw.updates += sk.updates;
             raw.shadow_full += sk.shadow_full;
         }
-        raw.rows = merge_sketches(sketches, bins);
         raw.flips = flips_of(sketches, &bins);
+        raw.rows = merge_sketches(sketches, &raw.flips, bins);
         let kept = self.trace.is_some().then(|| sketches.to_vec());
         // SAFETY: as for `closed`; the borrow of the sketches has ended.
         unsafe { self.sketch.clear(old_parity) };
