@@ -151,7 +151,7 @@ pub mod map_names {
     pub const SRV_CPU: &str = "SRV_CPU";
 }
 
-/// Indices of the per-CPU `DROPS` counters.
+/// Indices into the per-CPU `DROPS` value (one array of counters per CPU).
 pub mod drops {
     /// Lifecycle events lost to a full ring buffer.
     pub const LIFECYCLE_LOST: u32 = 0;

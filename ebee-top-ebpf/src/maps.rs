@@ -11,9 +11,10 @@ use ebee_shared::{
     lifecycle::LIFECYCLE_BYTES,
 };
 
-/// Control block: the epoch word and the next interval's burst-bin geometry.
+/// Control block: the epoch word and the next interval's burst-bin geometry. Mappable, so
+/// userspace reads the epoch after a flip without a lookup.
 #[map]
-pub static CTL: Array<Ctl> = Array::with_max_entries(1, 0);
+pub static CTL: Array<Ctl> = Array::with_max_entries(1, BPF_F_MMAPABLE);
 
 /// Per-CPU bookkeeping of the `sched_switch` program.
 #[map]
@@ -63,18 +64,22 @@ pub static CG_SHADOW1: PerCpuHashMap<u32, [u64; 2]> =
 #[map]
 pub static CPU_TRACE: RingBuf = RingBuf::with_byte_size(TRACE_BYTES, 0);
 
-/// Events the kernel could not deliver, per CPU: index [`ebee_shared::drops::LIFECYCLE_LOST`]
-/// and [`ebee_shared::drops::TRACE_LOST`]; and failed program runs,
-/// [`ebee_shared::drops::PROG_ERRORS`] (see [`crate::exit_code`]).
+/// Events the kernel could not deliver, per CPU, in one value (so userspace reads them in one
+/// lookup): index [`ebee_shared::drops::LIFECYCLE_LOST`] and [`ebee_shared::drops::TRACE_LOST`];
+/// and failed program runs, [`ebee_shared::drops::PROG_ERRORS`] (see [`crate::exit_code`]).
 #[map]
-pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ebee_shared::drops::LEN, 0);
+pub static DROPS: PerCpuArray<[u64; ebee_shared::drops::LEN as usize]> =
+    PerCpuArray::with_max_entries(1, 0);
 
 /// Count one lost event of kind `idx`.
 #[inline(always)]
 pub fn count_drop(idx: u32) {
-    if let Some(p) = DROPS.get_ptr_mut(idx) {
-        // SAFETY: this CPU's value of a per-CPU array.
-        unsafe { *p += 1 };
+    if let Some(p) = DROPS.get_ptr_mut(0) {
+        let i = idx as usize;
+        if i < ebee_shared::drops::LEN as usize {
+            // SAFETY: this CPU's value of a per-CPU array; `i` is within it.
+            unsafe { (*p)[i] += 1 };
+        }
     }
 }
 

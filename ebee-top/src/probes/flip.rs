@@ -6,12 +6,11 @@ use std::os::fd::AsFd as _;
 
 use aya::{
     Ebpf,
-    maps::{Array, MapData},
     programs::{ProgramFd, RawTracePoint},
 };
 use ebee_shared::{cpu::CpuFlipArgs, ctl::Ctl};
 
-use super::{ProbeError, classify, sys};
+use super::{ProbeError, classify, mmap_array::MappedValue, sys};
 
 pub(super) struct Flipper {
     fd: ProgramFd,
@@ -35,12 +34,11 @@ impl Flipper {
         Ok(Self { fd })
     }
 
-    /// Flip the interval parity; returns the new epoch word.
-    pub(super) fn flip(&self, ctl: &Array<MapData, Ctl>) -> Result<u64, std::io::Error> {
+    /// Flip the interval parity; returns the new epoch word, read from the mapped control
+    /// block (no second system call).
+    pub(super) fn flip(&self, ctl: &MappedValue<Ctl>) -> Result<u64, std::io::Error> {
         self.run::<()>(None, None)?;
-        ctl.get(&0, 0)
-            .map(|c| c.epoch)
-            .map_err(|e| std::io::Error::other(e.to_string()))
+        Ok(ctl.word(|c| c.wrapping_byte_add(std::mem::offset_of!(Ctl, epoch)).cast()))
     }
 
     /// Run the program on `cpu` with `args` as its raw_tracepoint arguments; returns when it

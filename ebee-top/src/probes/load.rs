@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aya::{
     Ebpf,
-    maps::{Array, MapData, PerCpuArray},
+    maps::{Array, IterableMap as _, MapData, PerCpuArray},
     programs::BtfTracePoint,
 };
 use ebee_shared::{cpu::BinCfg, ctl::Ctl, global_names, map_names, prog_names};
@@ -55,6 +55,8 @@ impl Probes {
 
         // Each pipeline takes its own maps.
         let mut ctl: Array<MapData, Ctl> = take_map(&mut ebpf, map_names::CTL, Array::try_from)?;
+        let ctl_view = super::mmap_array::MappedValue::new(ctl.map(), map_names::CTL)
+            .map_err(classify("mapping CTL"))?;
         let drops = take_map(&mut ebpf, map_names::DROPS, PerCpuArray::try_from)?;
         let cpu_maps = cpu::CpuMaps::take(&mut ebpf, cfg, ncpus)?;
         let lifecycle = lifecycle::LifecycleReader::take(&mut ebpf)?;
@@ -102,7 +104,7 @@ impl Probes {
         // The first interval, opened before anything writes to it.
         let bins = BinCfg::for_interval(interval.as_nanos() as u64);
         write_bins(&mut ctl, bins).map_err(classify("writing CTL"))?;
-        let epoch = flipper.flip(&ctl).map_err(classify("first flip"))?;
+        let epoch = flipper.flip(&ctl_view).map_err(classify("first flip"))?;
         let mut cpu = cpu::CpuDrain::new(cpu_maps, cpu_flipper, ncpus, epoch, bins);
         let mem = match mem_maps {
             Some(m) => Some(mem::MemDrain::new(m, ncpus, epoch).map_err(classify("MEM_CPU"))?),
@@ -168,6 +170,7 @@ impl Probes {
             _ebpf: ebpf,
             flip: flipper,
             ctl,
+            ctl_view,
             drops,
             cpu,
             lifecycle,

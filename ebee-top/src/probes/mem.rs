@@ -217,8 +217,10 @@ impl MemDrain {
         raw.repeats = totals.1.saturating_sub(self.totals.1);
         self.totals = totals;
         let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        // Usually no CPU is inside `rss_stat` at the flip (every `seq` even): nothing to wait
+        // for, and no second read of the map.
+        let mut now = first.clone();
         loop {
-            let now: Vec<u64> = self.cpu.get(&0, 0)?.iter().map(|c| c.seq).collect();
             let left = first
                 .iter()
                 .zip(&now)
@@ -232,6 +234,7 @@ impl MemDrain {
                 break;
             }
             std::thread::yield_now();
+            now = self.cpu.get(&0, 0)?.iter().map(|c| c.seq).collect();
         }
 
         let parity = old_parity & 1;

@@ -157,3 +157,68 @@ impl<V> Drop for SketchArray<V> {
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
 }
+
+/// The single value of a one-entry `BPF_F_MMAPABLE` array (the control block), mapped
+/// read-only: userspace reads the word a program wrote without a bpf(2) call. Writes still go
+/// through the map (`Array::set`).
+pub(super) struct MappedValue<V> {
+    base: NonNull<V>,
+    len: usize,
+}
+
+// SAFETY: as for `SketchArray`: plain memory owned by this value, unmapped on drop.
+unsafe impl<V: Send> Send for MappedValue<V> {}
+
+impl<V: aya::Pod> MappedValue<V> {
+    /// Map the value of `map` (the array `name`), whose layout is checked against `V` first.
+    pub(super) fn new(map: &MapData, name: &str) -> Result<Self, MapError> {
+        let wrong = |why: String| MapError::from(io::Error::other(format!("{name}: {why}")));
+        let info = map.info()?;
+        let size = std::mem::size_of::<V>();
+        if info.value_size() as usize != size || std::mem::align_of::<V>() > 8 {
+            return Err(wrong(format!(
+                "value of {} bytes in the kernel, {size} here",
+                info.value_size()
+            )));
+        }
+        if info.max_entries() != 1 {
+            return Err(wrong(format!("{} entries, not one", info.max_entries())));
+        }
+        if info.map_flags() & BPF_F_MMAPABLE == 0 {
+            return Err(wrong("created without BPF_F_MMAPABLE".into()));
+        }
+        // SAFETY: a new read-only shared mapping of the map's one value at offset 0 (the
+        // kernel rounds it up to a page); nothing else is at the address the kernel picks.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                map.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MapError::from(io::Error::last_os_error()));
+        }
+        let base = NonNull::new(p.cast::<V>()).ok_or_else(|| wrong("mmap gave null".into()))?;
+        Ok(Self { base, len: size })
+    }
+
+    /// A `u64` field of the value, read whole (a program's atomic store to it is never seen
+    /// half done), after whatever this thread did before (the flip's system call).
+    pub(super) fn word(&self, field: impl FnOnce(*const V) -> *const u64) -> u64 {
+        fence(Ordering::SeqCst);
+        // SAFETY: `field` gives the address of a field of the value, an aligned `u64` inside
+        // the mapping, which lives as long as `self`; any bits are a valid `u64`.
+        unsafe { std::ptr::read_volatile(field(self.base.as_ptr())) }
+    }
+}
+
+impl<V> Drop for MappedValue<V> {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, of `len` bytes; nothing borrows it past `self`.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}

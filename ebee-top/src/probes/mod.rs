@@ -124,7 +124,9 @@ pub struct Probes {
     _ebpf: Ebpf,
     flip: flip::Flipper,
     ctl: Array<MapData, Ctl>,
-    drops: PerCpuArray<MapData, u64>,
+    /// The same control block mapped, to read the epoch after a flip without a system call.
+    ctl_view: mmap_array::MappedValue<Ctl>,
+    drops: PerCpuArray<MapData, [u64; drops::LEN as usize]>,
     cpu: cpu::CpuDrain,
     lifecycle: lifecycle::LifecycleReader,
     qos: qos::QosProbes,
@@ -215,7 +217,7 @@ impl Probes {
 
     /// Close the interval being written and return it.
     pub fn drain(&mut self) -> Result<RawInterval, ProbeError> {
-        let epoch = self.flip.flip(&self.ctl).map_err(classify("flip"))?;
+        let epoch = self.flip.flip(&self.ctl_view).map_err(classify("flip"))?;
         let mut raw = self
             .cpu
             .drain(epoch)
@@ -417,8 +419,10 @@ impl Probes {
 
     fn drops_total(&self) -> Result<[u64; drops::LEN as usize], aya::maps::MapError> {
         let mut out = [0u64; drops::LEN as usize];
-        for (i, slot) in out.iter_mut().enumerate() {
-            *slot = self.drops.get(&(i as u32), 0)?.iter().sum();
+        for per_cpu in self.drops.get(&0, 0)?.iter() {
+            for (sum, n) in out.iter_mut().zip(per_cpu) {
+                *sum += n;
+            }
         }
         Ok(out)
     }
