@@ -38,7 +38,7 @@ impl Flipper {
     /// block (no second system call).
     pub(super) fn flip(&self, ctl: &MappedValue<Ctl>) -> Result<u64, std::io::Error> {
         self.run::<()>(None, None)?;
-        Ok(ctl.word(|c| c.wrapping_byte_add(std::mem::offset_of!(Ctl, epoch)).cast()))
+        Ok(ctl.word_at::<{ std::mem::offset_of!(Ctl, epoch) }>())
     }
 
     /// Run the program on `cpu` with `args` as its raw_tracepoint arguments; returns when it

@@ -217,24 +217,24 @@ impl MemDrain {
         raw.repeats = totals.1.saturating_sub(self.totals.1);
         self.totals = totals;
         let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        let left = |now: &[u64]| {
+            first
+                .iter()
+                .zip(now)
+                .filter(|(f, n)| still_writing(**f, **n))
+                .count()
+        };
         // Usually no CPU is inside `rss_stat` at the flip (every `seq` even): nothing to wait
         // for, and no second read of the map.
-        let mut now = first.clone();
-        loop {
-            let left = first
-                .iter()
-                .zip(&now)
-                .filter(|(f, n)| still_writing(**f, **n))
-                .count();
-            if left == 0 {
-                break;
-            }
+        let mut waiting = left(&first);
+        while waiting > 0 {
             if Instant::now() > deadline {
-                raw.handshake_timeouts = left as u64;
+                raw.handshake_timeouts = waiting as u64;
                 break;
             }
             std::thread::yield_now();
-            now = self.cpu.get(&0, 0)?.iter().map(|c| c.seq).collect();
+            let now: Vec<u64> = self.cpu.get(&0, 0)?.iter().map(|c| c.seq).collect();
+            waiting = left(&now);
         }
 
         let parity = old_parity & 1;

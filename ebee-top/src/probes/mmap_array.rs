@@ -3,7 +3,9 @@
 //! interval is read where the kernel wrote it and zeroed with a memset, with no bpf(2) call.
 //! A per-CPU array had to be copied out with BPF_MAP_LOOKUP_ELEM and cleared with
 //! BPF_MAP_UPDATE_ELEM, every CPU's copy of every sketch every interval: measured, the larger
-//! part of batch mode's own CPU time went to those copies and their system calls.
+//! part of batch mode's own CPU time went to those copies and their system calls. The
+//! one-entry control block is mapped the same way, read-only ([`MappedValue`]), for the epoch
+//! word after each flip.
 //!
 //! Memory ordering. The kernel writes the sketches of parity `p` while we read and zero those
 //! of `!p`; the epoch protocol (`super::cpu`) says when a parity is ours:
@@ -35,14 +37,75 @@ use ebee_shared::cpu::sketch_entry;
 /// `BPF_F_MMAPABLE` (include/uapi/linux/bpf.h).
 const BPF_F_MMAPABLE: u32 = 1 << 10;
 
+/// A shared mapping of every value of a `BPF_F_MMAPABLE` array, made after checking the
+/// kernel's view of the map (every offset used later relies on it); unmapped on drop.
+struct Mapping {
+    base: NonNull<u8>,
+    /// Bytes mapped.
+    len: usize,
+}
+
+impl Mapping {
+    /// Map the `entries` values of `value_size` bytes of `map` (the array `name`), with `prot`.
+    fn new(
+        map: &MapData,
+        name: &str,
+        value_size: usize,
+        entries: usize,
+        prot: libc::c_int,
+    ) -> Result<Self, MapError> {
+        let wrong = |why: String| MapError::from(io::Error::other(format!("{name}: {why}")));
+        let info = map.info()?;
+        if info.value_size() as usize != value_size {
+            return Err(wrong(format!(
+                "value of {} bytes in the kernel, {value_size} here",
+                info.value_size()
+            )));
+        }
+        if info.max_entries() as usize != entries || entries == 0 {
+            return Err(wrong(format!(
+                "{} entries, not {entries}",
+                info.max_entries()
+            )));
+        }
+        if info.map_flags() & BPF_F_MMAPABLE == 0 {
+            return Err(wrong("created without BPF_F_MMAPABLE".into()));
+        }
+        let len = value_size * entries;
+        // SAFETY: a new shared mapping of the map's data at offset 0, no longer than its
+        // entries (the kernel refuses more); nothing else is at the address the kernel picks.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                map.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MapError::from(io::Error::last_os_error()));
+        }
+        let base = NonNull::new(p.cast::<u8>()).ok_or_else(|| wrong("mmap gave null".into()))?;
+        Ok(Self { base, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, of `len` bytes; its owners borrow nothing of it
+        // past themselves.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
 /// A sketch array mapped read-write and shared with the kernel.
 pub(super) struct SketchArray<V> {
     /// Held open so the map stays in the maps report (which walks our map fds); the mapping
     /// alone would keep the map alive but not listed.
     _map: MapData,
-    base: NonNull<V>,
-    /// Bytes mapped.
-    len: usize,
+    mapping: Mapping,
     ncpus: usize,
     _value: PhantomData<V>,
 }
@@ -59,28 +122,14 @@ impl<V: aya::Pod + Default> SketchArray<V> {
         let Map::Array(data) = map else {
             return Err(wrong("not a plain array map".into()));
         };
-        let info = data.info()?;
         let size = std::mem::size_of::<V>();
         // Entries are `value_size` rounded up to 8 bytes apart; `V` must be exactly that so a
         // run of entries is a `[V]`, and its alignment must be met by an 8-byte multiple
         // from a page boundary.
-        if info.value_size() as usize != size
-            || !size.is_multiple_of(8)
-            || std::mem::align_of::<V>() > 8
-        {
+        if !size.is_multiple_of(8) || std::mem::align_of::<V>() > 8 {
             return Err(wrong(format!(
-                "value of {} bytes in the kernel, {size} here",
-                info.value_size()
+                "a value of {size} bytes cannot be laid out as an array"
             )));
-        }
-        if info.max_entries() as usize != 2 * ncpus || ncpus == 0 {
-            return Err(wrong(format!(
-                "{} entries, not two per possible CPU ({ncpus})",
-                info.max_entries()
-            )));
-        }
-        if info.map_flags() & BPF_F_MMAPABLE == 0 {
-            return Err(wrong("created without BPF_F_MMAPABLE".into()));
         }
         // Clearing writes zero bytes: that must be the empty sketch.
         let dflt = V::default();
@@ -89,27 +138,17 @@ impl<V: aya::Pod + Default> SketchArray<V> {
         if bytes.iter().any(|&b| b != 0) {
             return Err(wrong("its empty value is not all zero bytes".into()));
         }
-        let len = size * 2 * ncpus;
-        // SAFETY: a new shared mapping of the map's data at offset 0, no longer than its
-        // entries (the kernel refuses more); nothing else is at the address the kernel picks.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                data.fd().as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(MapError::from(io::Error::last_os_error()));
-        }
-        let base = NonNull::new(p.cast::<V>()).ok_or_else(|| wrong("mmap gave null".into()))?;
+        // Two per possible CPU.
+        let mapping = Mapping::new(
+            &data,
+            name,
+            size,
+            2 * ncpus,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )?;
         Ok(Self {
             _map: data,
-            base,
-            len,
+            mapping,
             ncpus,
             _value: PhantomData,
         })
@@ -119,7 +158,7 @@ impl<V: aya::Pod + Default> SketchArray<V> {
     fn run(&self, parity: u32) -> *mut V {
         let first = sketch_entry(parity, 0, self.ncpus as u32) as usize;
         // SAFETY: `first` is 0 or `ncpus`, and the mapping holds `2 * ncpus` values.
-        unsafe { self.base.as_ptr().add(first) }
+        unsafe { self.mapping.base.as_ptr().cast::<V>().add(first) }
     }
 
     /// Every CPU's sketch of `parity`, in CPU order, read in place.
@@ -151,19 +190,12 @@ impl<V: aya::Pod + Default> SketchArray<V> {
     }
 }
 
-impl<V> Drop for SketchArray<V> {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, of `len` bytes; no borrow of it outlives `self`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
-    }
-}
-
 /// The single value of a one-entry `BPF_F_MMAPABLE` array (the control block), mapped
-/// read-only: userspace reads the word a program wrote without a bpf(2) call. Writes still go
+/// read-only: userspace reads a word a program wrote without a bpf(2) call. Writes still go
 /// through the map (`Array::set`).
 pub(super) struct MappedValue<V> {
-    base: NonNull<V>,
-    len: usize,
+    mapping: Mapping,
+    _value: PhantomData<V>,
 }
 
 // SAFETY: as for `SketchArray`: plain memory owned by this value, unmapped on drop.
@@ -172,53 +204,26 @@ unsafe impl<V: Send> Send for MappedValue<V> {}
 impl<V: aya::Pod> MappedValue<V> {
     /// Map the value of `map` (the array `name`), whose layout is checked against `V` first.
     pub(super) fn new(map: &MapData, name: &str) -> Result<Self, MapError> {
-        let wrong = |why: String| MapError::from(io::Error::other(format!("{name}: {why}")));
-        let info = map.info()?;
         let size = std::mem::size_of::<V>();
-        if info.value_size() as usize != size || std::mem::align_of::<V>() > 8 {
-            return Err(wrong(format!(
-                "value of {} bytes in the kernel, {size} here",
-                info.value_size()
-            )));
-        }
-        if info.max_entries() != 1 {
-            return Err(wrong(format!("{} entries, not one", info.max_entries())));
-        }
-        if info.map_flags() & BPF_F_MMAPABLE == 0 {
-            return Err(wrong("created without BPF_F_MMAPABLE".into()));
-        }
-        // SAFETY: a new read-only shared mapping of the map's one value at offset 0 (the
-        // kernel rounds it up to a page); nothing else is at the address the kernel picks.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                map.fd().as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(MapError::from(io::Error::last_os_error()));
-        }
-        let base = NonNull::new(p.cast::<V>()).ok_or_else(|| wrong("mmap gave null".into()))?;
-        Ok(Self { base, len: size })
+        Ok(Self {
+            mapping: Mapping::new(map, name, size, 1, libc::PROT_READ)?,
+            _value: PhantomData,
+        })
     }
 
-    /// A `u64` field of the value, read whole (a program's atomic store to it is never seen
-    /// half done), after whatever this thread did before (the flip's system call).
-    pub(super) fn word(&self, field: impl FnOnce(*const V) -> *const u64) -> u64 {
+    /// The `u64` at byte `OFFSET` of the value (`std::mem::offset_of!`; checked at compile
+    /// time), read whole (a program's atomic store to it is never seen half done), after
+    /// whatever this thread did before (the flip's system call).
+    pub(super) fn word_at<const OFFSET: usize>(&self) -> u64 {
+        const {
+            assert!(
+                OFFSET.is_multiple_of(8) && OFFSET + 8 <= std::mem::size_of::<V>(),
+                "no aligned u64 at that offset of the value"
+            );
+        }
         fence(Ordering::SeqCst);
-        // SAFETY: `field` gives the address of a field of the value, an aligned `u64` inside
-        // the mapping, which lives as long as `self`; any bits are a valid `u64`.
-        unsafe { std::ptr::read_volatile(field(self.base.as_ptr())) }
-    }
-}
-
-impl<V> Drop for MappedValue<V> {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, of `len` bytes; nothing borrows it past `self`.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+        // SAFETY: an aligned `u64` inside the value (checked above), inside the mapping (a
+        // page from a page boundary), which lives as long as `self`; any bits are a `u64`.
+        unsafe { std::ptr::read_volatile(self.mapping.base.as_ptr().add(OFFSET).cast::<u64>()) }
     }
 }
