@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{MapData, PerCpuHashMap, RingBuf},
 };
 use ebee_shared::{
     cpu::{
@@ -29,6 +29,7 @@ use foldhash::HashMap;
 use super::flip::Flipper;
 use super::kick::Kickers;
 use super::mmap_array::SketchArray;
+use super::raw_array::PerCpuValue;
 use super::{ProbeConfig, ProbeError, take_map};
 
 /// Kick a CPU's thread again after this long without a switch there.
@@ -261,7 +262,7 @@ impl Stragglers {
 
 /// Userspace state of the CPU pipeline between drains.
 pub(super) struct CpuDrain {
-    state: PerCpuArray<MapData, CpuState>,
+    state: PerCpuValue<CpuState>,
     /// Every CPU's sketch of each parity, mapped: the closed ones are read in place.
     sketch: SketchArray<CpuSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
@@ -285,7 +286,7 @@ pub(super) struct CpuDrain {
 
 /// The pieces [`CpuDrain::new`] takes over.
 pub(super) struct CpuMaps {
-    pub state: PerCpuArray<MapData, CpuState>,
+    pub state: PerCpuValue<CpuState>,
     pub sketch: SketchArray<CpuSketch>,
     pub shadow: Option<[PerCpuHashMap<MapData, u32, u64>; 2]>,
     pub trace: Option<RingBuf<MapData>>,
@@ -313,7 +314,9 @@ impl CpuMaps {
             None
         };
         Ok(Self {
-            state: take_map(ebpf, map_names::CPU_STATE, PerCpuArray::try_from)?,
+            state: take_map(ebpf, map_names::CPU_STATE, |m| {
+                PerCpuValue::new(m, map_names::CPU_STATE, ncpus)
+            })?,
             sketch: super::take_sketch(ebpf, map_names::CPU_SKETCH, ncpus)?,
             shadow,
             trace,
@@ -359,9 +362,7 @@ impl CpuDrain {
                 ..Default::default()
             })
             .collect();
-        let values =
-            aya::maps::PerCpuValues::try_from(states).map_err(aya::maps::MapError::from)?;
-        self.state.set(0, values, 0)
+        Ok(self.state.write(&states)?)
     }
 
     /// Make every CPU switch (the first kick after attaching starts each CPU's clock).
@@ -392,7 +393,7 @@ impl CpuDrain {
         // SAFETY: no arguments; -1 on failure.
         let here = unsafe { libc::sched_getcpu() };
         // Read after the flip (its atomic exchange is a full barrier): see `CpuState::seq`.
-        let states = self.state.get(&0, 0)?;
+        let states = self.state.read()?;
         let mut idle = 0;
         let mut left_idle = 0;
         let mut rest = Vec::with_capacity(self.ncpus);
@@ -429,7 +430,7 @@ impl CpuDrain {
         }
         let mut last_kick = start;
         while !left.is_empty() {
-            let states = self.state.get(&0, 0)?;
+            let states = self.state.read()?;
             let stragglers = &mut self.stragglers;
             left.retain(|&cpu| {
                 let flipped = states.get(cpu).is_none_or(|s| s.epoch == epoch);

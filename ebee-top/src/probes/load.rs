@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aya::{
     Ebpf,
-    maps::{Array, IterableMap as _, MapData, PerCpuArray},
+    maps::{Array, IterableMap as _, MapData},
     programs::BtfTracePoint,
 };
 use ebee_shared::{cpu::BinCfg, ctl::Ctl, global_names, map_names, prog_names};
@@ -57,7 +57,9 @@ impl Probes {
         let mut ctl: Array<MapData, Ctl> = take_map(&mut ebpf, map_names::CTL, Array::try_from)?;
         let ctl_view = super::mmap_array::MappedValue::new(ctl.map(), map_names::CTL)
             .map_err(classify("mapping CTL"))?;
-        let drops = take_map(&mut ebpf, map_names::DROPS, PerCpuArray::try_from)?;
+        let drops = take_map(&mut ebpf, map_names::DROPS, |m| {
+            super::raw_array::PerCpuValue::new(m, map_names::DROPS, ncpus)
+        })?;
         let cpu_maps = cpu::CpuMaps::take(&mut ebpf, cfg, ncpus)?;
         let lifecycle = lifecycle::LifecycleReader::take(&mut ebpf)?;
         let wait = wait::WaitDrain::new(wait::WaitMaps::take(

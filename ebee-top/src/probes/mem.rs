@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{MapData, PerCpuHashMap, RingBuf},
 };
 use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot, MemTrace};
 use ebee_shared::{cpu::sketch_entry, ctl, map_names};
@@ -17,6 +17,7 @@ use foldhash::{HashMap, HashMapExt as _};
 
 use super::btf::Btf;
 use super::mmap_array::SketchArray;
+use super::raw_array::PerCpuValue;
 use super::{ProbeConfig, ProbeError, take_map, take_sketch};
 
 /// `mm_struct`/`task_struct` offsets and `mm_counters` values for `rss_stat`, from BTF.
@@ -123,7 +124,7 @@ pub fn still_writing(first: u64, now: u64) -> bool {
 }
 
 pub(super) struct MemDrain {
-    cpu: PerCpuArray<MapData, MemCpu>,
+    cpu: PerCpuValue<MemCpu>,
     /// Every CPU's sketch of each parity, mapped: the closed ones are read in place.
     sketch: SketchArray<MemSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
@@ -137,7 +138,7 @@ pub(super) struct MemDrain {
 
 /// The maps [`MemDrain::new`] takes over.
 pub(super) struct MemMaps {
-    cpu: PerCpuArray<MapData, MemCpu>,
+    cpu: PerCpuValue<MemCpu>,
     sketch: SketchArray<MemSketch>,
     shadow: Option<[PerCpuHashMap<MapData, u32, MemShadow>; 2]>,
     trace: Option<RingBuf<MapData>>,
@@ -165,7 +166,9 @@ impl MemMaps {
             None
         };
         Ok(Self {
-            cpu: take_map(ebpf, map_names::MEM_CPU, PerCpuArray::try_from)?,
+            cpu: take_map(ebpf, map_names::MEM_CPU, |m| {
+                PerCpuValue::new(m, map_names::MEM_CPU, ncpus)
+            })?,
             sketch: take_sketch(ebpf, map_names::MEM_SKETCH, ncpus)?,
             shadow,
             trace,
@@ -176,7 +179,7 @@ impl MemMaps {
 impl MemDrain {
     /// Before attaching: each CPU learns its entries in the sketch array.
     pub(super) fn new(
-        mut maps: MemMaps,
+        maps: MemMaps,
         ncpus: usize,
         epoch: u64,
     ) -> Result<Self, aya::maps::MapError> {
@@ -187,9 +190,7 @@ impl MemDrain {
                 ..Default::default()
             })
             .collect();
-        let values =
-            aya::maps::PerCpuValues::try_from(states).map_err(aya::maps::MapError::from)?;
-        maps.cpu.set(0, values, 0)?;
+        maps.cpu.write(&states)?;
         Ok(Self {
             cpu: maps.cpu,
             sketch: maps.sketch,
@@ -206,7 +207,7 @@ impl MemDrain {
         let old_epoch = std::mem::replace(&mut self.epoch, new_epoch);
         let old_parity = ctl::parity(old_epoch);
         let mut raw = MemRaw::default();
-        let states = self.cpu.get(&0, 0)?;
+        let states = self.cpu.read()?;
         let first: Vec<u64> = states.iter().map(|c| c.seq).collect();
         // Counted at the flip: a run in flight lands in the next interval's count, which is
         // fine for a rate.
@@ -233,7 +234,7 @@ impl MemDrain {
                 break;
             }
             std::thread::yield_now();
-            let now: Vec<u64> = self.cpu.get(&0, 0)?.iter().map(|c| c.seq).collect();
+            let now: Vec<u64> = self.cpu.read()?.iter().map(|c| c.seq).collect();
             waiting = left(&now);
         }
 

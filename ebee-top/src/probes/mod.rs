@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use aya::{
     Ebpf,
-    maps::{Array, Map, MapData, PerCpuArray, PerCpuValues},
+    maps::{Array, Map, MapData, PerCpuValues},
 };
 use ebee_shared::{cpu::BinCfg, ctl::Ctl, drops};
 use thiserror::Error;
@@ -126,7 +126,7 @@ pub struct Probes {
     ctl: Array<MapData, Ctl>,
     /// The same control block mapped, to read the epoch after a flip without a system call.
     ctl_view: mmap_array::MappedValue<Ctl>,
-    drops: PerCpuArray<MapData, [u64; drops::LEN as usize]>,
+    drops: raw_array::PerCpuValue<[u64; drops::LEN as usize]>,
     cpu: cpu::CpuDrain,
     lifecycle: lifecycle::LifecycleReader,
     qos: qos::QosProbes,
@@ -417,9 +417,9 @@ impl Probes {
         s
     }
 
-    fn drops_total(&self) -> Result<[u64; drops::LEN as usize], aya::maps::MapError> {
+    fn drops_total(&mut self) -> Result<[u64; drops::LEN as usize], aya::maps::MapError> {
         let mut out = [0u64; drops::LEN as usize];
-        for per_cpu in self.drops.get(&0, 0)?.iter() {
+        for per_cpu in self.drops.read()? {
             for (sum, n) in out.iter_mut().zip(per_cpu) {
                 *sum += n;
             }

@@ -73,3 +73,36 @@ impl<V> RawArray<V> {
         }
     }
 }
+
+/// The one element of a per-CPU array (every CPU's copy of it), read into a buffer kept from
+/// one read to the next. aya's `PerCpuArray::get` allocates and frees two buffers a read, and
+/// the drain reads such values (`CPU_STATE`, `MEM_CPU`, `SRV_CPU`, `DROPS`) every interval.
+pub(super) struct PerCpuValue<V> {
+    raw: RawArray<V>,
+    buf: Vec<V>,
+}
+
+impl<V: aya::Pod + Default + Clone> PerCpuValue<V> {
+    /// Take `map` (a per-CPU array of `V`, read at element 0) for `ncpus` possible CPUs.
+    pub(super) fn new(map: Map, name: &str, ncpus: usize) -> Result<Self, MapError> {
+        if !matches!(map, Map::PerCpuArray(_)) {
+            return Err(MapError::InvalidName {
+                name: name.to_owned(),
+            });
+        }
+        let raw = RawArray::new(map, name, ncpus)?;
+        let buf = vec![V::default(); raw.copies()];
+        Ok(Self { raw, buf })
+    }
+
+    /// Every possible CPU's copy, in CPU order, as the kernel holds them now.
+    pub(super) fn read(&mut self) -> io::Result<&[V]> {
+        self.raw.read(0, &mut self.buf)?;
+        Ok(&self.buf)
+    }
+
+    /// Write every CPU's copy; `vals` holds one per possible CPU.
+    pub(super) fn write(&self, vals: &[V]) -> io::Result<()> {
+        self.raw.write(0, vals)
+    }
+}

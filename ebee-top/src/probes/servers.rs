@@ -22,6 +22,7 @@ use foldhash::{HashMap, HashMapExt as _, HashSet};
 
 use super::btf::Btf;
 use super::mmap_array::SketchArray;
+use super::raw_array::PerCpuValue;
 use super::{ProbeError, classify, take_map, take_sketch};
 
 /// `struct sock` offsets, from BTF; `valid` 0 when one is missing.
@@ -233,7 +234,7 @@ pub(super) struct ServerMaps {
     slot_of: Array<MapData, u64>,
     conn_count: BpfHashMap<MapData, u32, i64>,
     ports: Array<MapData, u64>,
-    cpu: PerCpuArray<MapData, SrvCpu>,
+    cpu: PerCpuValue<SrvCpu>,
 }
 
 impl ServerMaps {
@@ -245,7 +246,9 @@ impl ServerMaps {
             slot_of: take_map(ebpf, map_names::SRV_SLOT_OF, Array::try_from)?,
             conn_count: take_map(ebpf, map_names::SRV_CONN_COUNT, BpfHashMap::try_from)?,
             ports: take_map(ebpf, map_names::SRV_PORTS, Array::try_from)?,
-            cpu: take_map(ebpf, map_names::SRV_CPU, PerCpuArray::try_from)?,
+            cpu: take_map(ebpf, map_names::SRV_CPU, |m| {
+                PerCpuValue::new(m, map_names::SRV_CPU, ncpus)
+            })?,
         })
     }
 }
@@ -299,13 +302,9 @@ impl ServerDrain {
 
     /// Wait (briefly) until no CPU is inside a socket program run: a CPU moved to the next
     /// interval by IPI may have been interrupted in one that writes the closed interval.
-    fn quiesce(&self) -> Result<(), ProbeError> {
+    fn quiesce(&mut self) -> Result<(), ProbeError> {
         for _ in 0..1000 {
-            let v = self
-                .maps
-                .cpu
-                .get(&0, 0)
-                .map_err(classify("reading SRV_CPU"))?;
+            let v = self.maps.cpu.read().map_err(classify("reading SRV_CPU"))?;
             if v.iter().all(|c| c.busy == 0) {
                 return Ok(());
             }

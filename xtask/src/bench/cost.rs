@@ -28,6 +28,9 @@ use crate::util;
 pub enum Only {
     /// Userspace instructions per interval (callgrind), batch mode and the screen.
     Instructions,
+    /// Own CPU in batch mode and on the screen, this tree's binary and `--baseline`'s one at
+    /// a time in alternating rounds; printed only.
+    Cpu,
 }
 
 /// Options of one run (the subcommand's flags).
@@ -36,6 +39,48 @@ pub struct Opts {
     pub seconds: u64,
     pub redis_pairs: u32,
     pub redis_requests: u64,
+    /// Another ebee-top binary (say the commit before's) measured in the same rounds as this
+    /// tree's for the own-CPU rows, the two one at a time in alternating order.
+    pub baseline: Option<PathBuf>,
+}
+
+impl Opts {
+    /// The binaries the own-CPU rows measure: this tree's first, then the baseline.
+    fn binaries(&self) -> Vec<PathBuf> {
+        let mut v = vec![bin("ebee-top")];
+        v.extend(self.baseline.clone());
+        v
+    }
+}
+
+/// Round `round`'s order of `n` binaries: rotated by one each round (with two: A B, B A,
+/// A B ...), so neither always runs first, after the same neighbour, or in the same half
+/// of a drift.
+fn round_order(round: u32, n: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |j| (j + round as usize) % n.max(1))
+}
+
+/// Per round, this binary's figure against the baseline's of the same round, in percent
+/// (negative: this one costs less); rounds where either is missing or zero are left out.
+fn paired_change(this: &[f64], base: &[f64]) -> Vec<f64> {
+    this.iter()
+        .zip(base)
+        .filter(|(a, b)| a.is_finite() && b.is_finite() && **b > 0.0)
+        .map(|(a, b)| (a / b - 1.0) * 100.0)
+        .collect()
+}
+
+/// What a row adds for the baseline: its own median and the paired change.
+fn baseline_note(o: &Opts, this: &[f64], base: Option<&Vec<f64>>, digits: usize) -> String {
+    let (Some(path), Some(base)) = (&o.baseline, base) else {
+        return String::new();
+    };
+    format!(
+        "; baseline `{}` in the same rounds, alternated: {}, change {}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        fmt_ci(median_ci(base), digits, "%"),
+        fmt_ci(median_ci(&paired_change(this, base)), 1, "%"),
+    )
 }
 
 // ---- Statistics ---------------------------------------------------------------------------
@@ -109,8 +154,13 @@ impl Drop for Running {
 
 /// ebee-top run directly (xtask bench runs as root: it loads eBPF).
 fn ebee_top(args: &[&str], stdout: Stdio) -> Result<Running> {
+    ebee_top_bin(&bin("ebee-top"), args, stdout)
+}
+
+/// The ebee-top binary `exe` run directly.
+fn ebee_top_bin(exe: &Path, args: &[&str], stdout: Stdio) -> Result<Running> {
     Ok(Running(
-        Command::new(bin("ebee-top"))
+        Command::new(exe)
             .args(args)
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -132,39 +182,53 @@ fn cpu_share(pid: u32, warm_s: f64, secs: u64) -> Result<f64> {
     Ok((c1.saturating_sub(c0)) as f64 / el.as_nanos() as f64 * 100.0)
 }
 
-/// Batch mode at 50 ms, JSON Lines: per round, the process's share and the eBPF programs'
-/// (the JSON's `cost.bpf_ns`, the kernel's run-time statistics, sampled 1 s in 10).
-fn batch_rounds(o: &Opts) -> Result<(Vec<f64>, Vec<f64>)> {
-    let (mut procs, mut bpf) = (Vec::new(), Vec::new());
+/// Batch mode at 50 ms, JSON Lines: per binary of `bins` (see [`Opts::binaries`]) and per
+/// round, the process's share and the eBPF programs' (the JSON's `cost.bpf_ns`, the kernel's
+/// run-time statistics, sampled 1 s in 10). The binaries run one at a time, in
+/// [`round_order`].
+fn batch_rounds(o: &Opts, bins: &[PathBuf]) -> Result<Vec<(Vec<f64>, Vec<f64>)>> {
+    let mut per: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); bins.len()];
     let out = std::env::temp_dir().join(format!("ebee-cost-{}.jsonl", std::process::id()));
-    for _ in 0..o.rounds {
-        let f = std::fs::File::create(&out)?;
-        let p = ebee_top(&["-b", "-d", "0.05", "--format", "json"], f.into())?;
-        // 11 s: the first BPF sampling window has closed, so every interval has an estimate.
-        procs.push(cpu_share(p.0.id(), 11.0, o.seconds)?);
-        drop(p);
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
-        let lines: Vec<Value> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        // The measured window: the last `seconds` of it (the tail that cpu_share saw).
-        let n = (o.seconds * 20) as usize;
-        let tail = &lines[lines.len().saturating_sub(n)..];
-        let (b, ns): (u64, u64) = tail.iter().fold((0, 0), |(b, ns), l| {
-            (
-                b + l["cost"]["bpf_ns"].as_u64().unwrap_or(0),
-                ns + l["interval_ns"].as_u64().unwrap_or(0),
-            )
-        });
-        bpf.push(if ns > 0 {
-            b as f64 / ns as f64 * 100.0
-        } else {
-            f64::NAN
-        });
+    for round in 0..o.rounds {
+        for i in round_order(round, bins.len()) {
+            let f = std::fs::File::create(&out)?;
+            let p = ebee_top_bin(
+                &bins[i],
+                &["-b", "-d", "0.05", "--format", "json"],
+                f.into(),
+            )?;
+            // 11 s: the first BPF sampling window has closed, so every interval has an
+            // estimate.
+            per[i].0.push(cpu_share(p.0.id(), 11.0, o.seconds)?);
+            drop(p);
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            let lines: Vec<Value> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            // The measured window: the last `seconds` of it (the tail that cpu_share saw).
+            let n = (o.seconds * 20) as usize;
+            let tail = &lines[lines.len().saturating_sub(n)..];
+            let (b, ns): (u64, u64) = tail.iter().fold((0, 0), |(b, ns), l| {
+                (
+                    b + l["cost"]["bpf_ns"].as_u64().unwrap_or(0),
+                    ns + l["interval_ns"].as_u64().unwrap_or(0),
+                )
+            });
+            per[i].1.push(if ns > 0 {
+                b as f64 / ns as f64 * 100.0
+            } else {
+                f64::NAN
+            });
+        }
     }
     let _ = std::fs::remove_file(&out);
-    Ok((procs, bpf))
+    Ok(per)
+}
+
+/// Process and eBPF shares of each round added.
+fn sums((procs, bpf): &(Vec<f64>, Vec<f64>)) -> Vec<f64> {
+    procs.iter().zip(bpf).map(|(a, b)| a + b).collect()
 }
 
 /// Userspace instructions per interval of ebee-top in batch mode (`-b -d 0.05 --format json`)
@@ -298,44 +362,89 @@ pub fn instructions(baseline: Option<&Path>, rounds: u32) -> Result<()> {
     Ok(())
 }
 
-/// The interactive screen at 50 ms in a 200x50 tmux pane: its share per round.
-fn screen_rounds(o: &Opts) -> Result<Vec<f64>> {
-    let mut v = Vec::new();
-    for _ in 0..o.rounds.div_ceil(2) {
-        let cmd = format!("{} -d 0.05 --no-config", bin("ebee-top").display());
-        let pane = tmux_pane("ebee-cost", &cmd)?;
-        let r = cpu_share(pane, 3.0, o.seconds);
-        let _ = Command::new("tmux")
-            .args(["send-keys", "-t", "ebee-cost", "q"])
-            .status();
-        std::thread::sleep(Duration::from_millis(800));
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", "ebee-cost"])
-            .status();
-        v.push(r?);
+/// The interactive screen at 50 ms in a 200x50 tmux pane: per binary of `bins`, its share
+/// per round (one at a time, in [`round_order`]).
+fn screen_rounds(o: &Opts, bins: &[PathBuf]) -> Result<Vec<Vec<f64>>> {
+    let mut per = vec![Vec::new(); bins.len()];
+    for round in 0..o.rounds.div_ceil(2) {
+        for i in round_order(round, bins.len()) {
+            let cmd = format!("{} -d 0.05 --no-config", bins[i].display());
+            let pane = tmux_pane("ebee-cost", &cmd)?;
+            let r = cpu_share(pane, 3.0, o.seconds);
+            let _ = Command::new("tmux")
+                .args(["send-keys", "-t", "ebee-cost", "q"])
+                .status();
+            std::thread::sleep(Duration::from_millis(800));
+            let _ = Command::new("tmux")
+                .args(["kill-session", "-t", "ebee-cost"])
+                .status();
+            per[i].push(r?);
+        }
     }
-    Ok(v)
+    Ok(per)
 }
 
-/// `serve` at 1 s with a scrape every 15 s (Prometheus's default): its share per round.
-fn serve_rounds(o: &Opts) -> Result<Vec<f64>> {
+/// `serve` at 1 s with a scrape every 15 s (Prometheus's default): per binary of `bins`, its
+/// share per round (one at a time, in [`round_order`]).
+fn serve_rounds(o: &Opts, bins: &[PathBuf]) -> Result<Vec<Vec<f64>>> {
     const ADDR: &str = "127.0.0.1:19477";
-    let mut v = Vec::new();
-    for _ in 0..o.rounds.div_ceil(4) {
-        let p = ebee_top(&["serve", "--listen", ADDR, "-d", "1"], Stdio::null())?;
-        std::thread::sleep(Duration::from_secs(3));
-        let pid = p.0.id();
-        let (c0, t0) = (task_cpu_ns(pid).context("serve exited")?, Instant::now());
-        let secs = (o.seconds * 4).max(20);
-        while t0.elapsed() < Duration::from_secs(secs) {
-            let _ =
-                util::output(Command::new("curl").args(["-sf", &format!("http://{ADDR}/metrics")]));
-            std::thread::sleep(Duration::from_secs(15).min(Duration::from_secs(secs)));
+    let mut per = vec![Vec::new(); bins.len()];
+    for round in 0..o.rounds.div_ceil(4) {
+        for i in round_order(round, bins.len()) {
+            let p = ebee_top_bin(
+                &bins[i],
+                &["serve", "--listen", ADDR, "-d", "1"],
+                Stdio::null(),
+            )?;
+            std::thread::sleep(Duration::from_secs(3));
+            let pid = p.0.id();
+            let (c0, t0) = (task_cpu_ns(pid).context("serve exited")?, Instant::now());
+            let secs = (o.seconds * 4).max(20);
+            while t0.elapsed() < Duration::from_secs(secs) {
+                let _ = util::output(
+                    Command::new("curl").args(["-sf", &format!("http://{ADDR}/metrics")]),
+                );
+                std::thread::sleep(Duration::from_secs(15).min(Duration::from_secs(secs)));
+            }
+            let (c1, el) = (task_cpu_ns(pid).context("serve exited")?, t0.elapsed());
+            per[i].push(c1.saturating_sub(c0) as f64 / el.as_nanos() as f64 * 100.0);
         }
-        let (c1, el) = (task_cpu_ns(pid).context("serve exited")?, t0.elapsed());
-        v.push(c1.saturating_sub(c0) as f64 / el.as_nanos() as f64 * 100.0);
     }
-    Ok(v)
+    Ok(per)
+}
+
+/// `--only cpu`: batch mode and the screen with 1,000 idle processes, this tree's binary and
+/// the baseline's alternated round by round; printed, BENCHMARKS.md left alone (a quick
+/// re-measure while cutting, which sees a change of a few percent that the drift between two
+/// separate runs hides).
+pub fn cpu(o: &Opts) -> Result<()> {
+    if !util::is_root() {
+        bail!("bench cost loads eBPF: run it as root");
+    }
+    let bins = o.binaries();
+    let _idle = workload(&["idle", "--procs", "1000"])?;
+    std::thread::sleep(Duration::from_secs(2));
+    println!(
+        "own CPU, 1,000 idle processes, {} rounds of {} s, load average at the start {}",
+        o.rounds,
+        o.seconds,
+        load_avg()
+    );
+    eprintln!("bench cost: batch mode");
+    let batch: Vec<Vec<f64>> = batch_rounds(o, &bins)?.iter().map(sums).collect();
+    println!(
+        "batch `-b -d 0.05 --format json`, process + eBPF: {}{}",
+        fmt_ci(median_ci(&batch[0]), 3, "%"),
+        baseline_note(o, &batch[0], batch.get(1), 3)
+    );
+    eprintln!("bench cost: the screen in tmux");
+    let screen = screen_rounds(o, &bins)?;
+    println!(
+        "screen 200x50 at 50 ms, process: {}{}",
+        fmt_ci(median_ci(&screen[0]), 3, "%"),
+        baseline_note(o, &screen[0], screen.get(1), 3)
+    );
+    Ok(())
 }
 
 /// CPU ns (user + system, from wait4's rusage) of a command run to its end.
@@ -465,8 +574,14 @@ pub fn run(o: &Opts) -> Result<()> {
         "Cost: the whole table (issue 27)",
         &format!(
             "cargo xtask bench cost --rounds {} --seconds {} --redis-pairs {} \
-             --redis-requests {}",
-            o.rounds, o.seconds, o.redis_pairs, o.redis_requests
+             --redis-requests {}{}",
+            o.rounds,
+            o.seconds,
+            o.redis_pairs,
+            o.redis_requests,
+            o.baseline
+                .as_ref()
+                .map_or(String::new(), |b| format!(" --baseline {}", b.display()))
         ),
         "",
     )?;
@@ -483,26 +598,26 @@ pub fn run(o: &Opts) -> Result<()> {
     )?;
 
     eprintln!("bench cost: batch mode, 1,000 idle processes");
-    let (batch_proc, batch_bpf, batch_instr) = {
+    let bins = o.binaries();
+    let (batch_per, batch_instr) = {
         let _idle = workload(&["idle", "--procs", "1000"])?;
         std::thread::sleep(Duration::from_secs(2));
-        let (p, b) = batch_rounds(o)?;
+        let per = batch_rounds(o, &bins)?;
         let instr = instructions_side_by_side(&[bin("ebee-top")], false, 40, 240)[0];
-        (p, b, instr)
+        (per, instr)
     };
-    let sum: Vec<f64> = batch_proc
-        .iter()
-        .zip(&batch_bpf)
-        .map(|(a, b)| a + b)
-        .collect();
-    let batch = median_ci(&sum);
+    let batch_sums: Vec<Vec<f64>> = batch_per.iter().map(sums).collect();
+    let (batch_proc, batch_bpf) = &batch_per[0];
+    let batch = median_ci(&batch_sums[0]);
 
     eprintln!("bench cost: the screen in tmux");
-    let screen_v = screen_rounds(o)?;
-    let screen = median_ci(&screen_v);
+    let screen_per = screen_rounds(o, &bins)?;
+    let screen_v = &screen_per[0];
+    let screen = median_ci(screen_v);
     let screen_instr = instructions_side_by_side(&[bin("ebee-top")], true, 40, 240)[0];
     eprintln!("bench cost: serve at 1 s");
-    let serve = median_ci(&serve_rounds(o)?);
+    let serve_per = serve_rounds(o, &bins)?;
+    let serve = median_ci(&serve_per[0]);
 
     eprintln!("bench cost: against top, 2,000 extra processes");
     let pairs = vs_top(5)?;
@@ -614,26 +729,30 @@ pub fn run(o: &Opts) -> Result<()> {
     writeln!(
         body,
         "| own CPU, `-b -d 0.05 --format json`, process + eBPF, 1,000 idle processes | {} \
-         (process {}, eBPF {}); {instr} | 0.5% | {} |",
+         (process {}, eBPF {}); {instr}{} | 0.5% | {} |",
         fmt_ci(batch, 2, "%"),
-        fmt_ci(median_ci(&batch_proc), 2, "%"),
-        fmt_ci(median_ci(&batch_bpf), 2, "%"),
+        fmt_ci(median_ci(batch_proc), 2, "%"),
+        fmt_ci(median_ci(batch_bpf), 2, "%"),
+        baseline_note(o, &batch_sums[0], batch_sums.get(1), 2),
         ok_mark(batch.2 <= 0.5)
     )?;
     writeln!(
         body,
         "| own CPU, interactive screen at 50 ms in a 200x50 pane (process; eBPF as above) | {}; \
-         {} | 1.5% | {} |",
+         {}{} | 1.5% | {} |",
         fmt_ci(screen, 2, "%"),
         screen_instr.map_or("n/a (no valgrind)".to_owned(), |i| {
             format!("{:.2} M instructions per interval", i / 1e6)
         }),
+        baseline_note(o, screen_v, screen_per.get(1), 2),
         ok_mark(screen.2 <= 1.5)
     )?;
     writeln!(
         body,
-        "| own CPU, `serve -d 1`, scraped every 15 s (process; eBPF as above) | {} | 0.05% | {} |",
+        "| own CPU, `serve -d 1`, scraped every 15 s (process; eBPF as above) | {}{} | 0.05% | \
+         {} |",
         fmt_ci(serve, 3, "%"),
+        baseline_note(o, &serve_per[0], serve_per.get(1), 3),
         ok_mark(serve.2 <= 0.05)
     )?;
     writeln!(
@@ -686,7 +805,7 @@ pub fn run(o: &Opts) -> Result<()> {
          (ebee-top process ms, eBPF ms, top ms, ebee-top's start-up ms): {}.  \nredis GET requests/s (off → on): {}.\n",
         batch_proc
             .iter()
-            .zip(&batch_bpf)
+            .zip(batch_bpf.iter())
             .map(|(a, b)| format!("{a:.2}/{b:.2}"))
             .collect::<Vec<_>>()
             .join(", "),
@@ -714,5 +833,21 @@ pub fn run(o: &Opts) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", "),
     )?;
+    if o.baseline.is_some() {
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        writeln!(
+            body,
+            "The baseline per round (process + eBPF in batch mode; the screen; serve), in the \
+             same rounds: {}.  \n{}.  \n{}.\n",
+            list(batch_sums.get(1).map_or(&[], |v| v.as_slice())),
+            list(screen_per.get(1).map_or(&[], |v| v.as_slice())),
+            list(serve_per.get(1).map_or(&[], |v| v.as_slice())),
+        )?;
+    }
     publish("cost", &body)
 }

@@ -166,11 +166,17 @@ pub enum Which {
         /// `instructions`: only callgrind's userspace instructions per interval, batch mode and
         /// the screen, with 1,000 idle processes; printed, BENCHMARKS.md left alone (a quick
         /// re-measure while cutting; deterministic enough that the machine's load does not
-        /// matter, unlike the times).
+        /// matter, unlike the times). `cpu`: only own CPU in batch mode and on the screen,
+        /// with `--baseline` alternated round by round; printed, BENCHMARKS.md left alone.
         #[arg(long, value_enum)]
         only: Option<cost::Only>,
-        /// With `--only instructions`: another ebee-top binary (say main's, built beforehand)
-        /// measured at the same time as this tree's, so both see the same processes.
+        /// Another ebee-top binary (say the commit before's, built beforehand). Own CPU in
+        /// batch mode, on the screen and as `serve`: measured in the same rounds as this
+        /// tree's, the two one at a time in alternating order, each row adding the
+        /// baseline's median and the paired change (the drift between two runs of the bench,
+        /// 10-20%, hides a cut of a few percent that the pairs show). With `--only
+        /// instructions`: measured at the same time as this tree's, so both see the same
+        /// processes.
         #[arg(long)]
         baseline: Option<std::path::PathBuf>,
         /// With `--only instructions`: measurements of each mode.
@@ -260,11 +266,19 @@ pub fn run(which: Which) -> Result<()> {
             instr_rounds,
         } => match only {
             Some(cost::Only::Instructions) => cost::instructions(baseline.as_deref(), instr_rounds),
+            Some(cost::Only::Cpu) => cost::cpu(&cost::Opts {
+                rounds,
+                seconds,
+                redis_pairs,
+                redis_requests,
+                baseline,
+            }),
             None => cost::run(&cost::Opts {
                 rounds,
                 seconds,
                 redis_pairs,
                 redis_requests,
+                baseline,
             }),
         },
     }

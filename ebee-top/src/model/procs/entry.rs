@@ -167,52 +167,62 @@ impl ProcTable {
     /// The entry for what a Batch says of a process, made if new; a known pid with another
     /// start time ends the old process there.
     pub(super) fn info_for(&mut self, p: &ProcInfo, end_ns: u64) -> ProcKey {
-        let key = match self.current.get(&p.pid) {
-            // Start time unknown (gone before /proc was read): the process we already know.
-            Some(k) if p.start_ticks == 0 || k.start_ticks == p.start_ticks => *k,
-            Some(old) => {
-                // The pid was reused: the old process is over.
-                let old = *old;
-                if let Some(e) = self.entries.get_mut(&old)
-                    && e.exited_ns.is_none()
-                {
-                    e.exited_ns = Some(end_ns);
-                    self.schedule(old);
-                }
-                ProcKey {
-                    pid: p.pid,
-                    start_ticks: p.start_ticks,
+        let fresh_key = ProcKey {
+            pid: p.pid,
+            start_ticks: p.start_ticks,
+        };
+        let (key, ended) = match self.current.entry(p.pid) {
+            hash_map::Entry::Occupied(mut o) => {
+                let k = *o.get();
+                // Start time unknown (gone before /proc was read): the process we already know.
+                if p.start_ticks == 0 || k.start_ticks == p.start_ticks {
+                    (k, None)
+                } else {
+                    // The pid was reused: the old process is over.
+                    o.insert(fresh_key);
+                    (fresh_key, Some(k))
                 }
             }
-            None => ProcKey {
-                pid: p.pid,
-                start_ticks: p.start_ticks,
-            },
+            hash_map::Entry::Vacant(v) => (*v.insert(fresh_key), None),
         };
-        self.current.insert(p.pid, key);
-        if let hash_map::Entry::Vacant(v) = self.entries.entry(key) {
-            v.insert(ProcEntry {
-                key,
-                tgid: p.pid,
-                ..ProcEntry::default()
-            });
-            self.fresh.push(key);
+        if let Some(old) = ended
+            && let Some(e) = self.entries.get_mut(&old)
+            && e.exited_ns.is_none()
+        {
+            e.exited_ns = Some(end_ns);
+            self.schedule(old);
         }
-        let Some(e) = self.entries.get_mut(&key) else {
-            return key;
+        // One lookup, whether the entry is new or known.
+        let e = match self.entries.entry(key) {
+            hash_map::Entry::Occupied(o) => o.into_mut(),
+            hash_map::Entry::Vacant(v) => {
+                self.fresh.push(key);
+                v.insert(ProcEntry {
+                    key,
+                    tgid: p.pid,
+                    ..ProcEntry::default()
+                })
+            }
+        };
+        // The names are shared (`Arc<str>`): the same one again, as it nearly always is,
+        // is left alone rather than cloned over itself (two reference-count updates each).
+        let set = |to: &mut Name, from: &Name| {
+            if !std::sync::Arc::ptr_eq(to, from) {
+                to.clone_from(from);
+            }
         };
         // A name from an exit event (no start time) does not overwrite what /proc said.
         if !p.comm.is_empty() && (p.start_ticks != 0 || e.comm.is_empty()) {
-            e.comm.clone_from(&p.comm);
+            set(&mut e.comm, &p.comm);
         }
         if !p.cmdline.is_empty() {
-            e.cmdline.clone_from(&p.cmdline);
+            set(&mut e.cmdline, &p.cmdline);
         }
         if p.uid.is_some() {
             e.uid = p.uid;
         }
         if !p.cgroup.is_empty() {
-            e.cgroup.clone_from(&p.cgroup);
+            set(&mut e.cgroup, &p.cgroup);
         }
         e.tgid = p.tgid.unwrap_or(p.pid);
         e.kthread |= p.kthread;

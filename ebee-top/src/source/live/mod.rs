@@ -46,6 +46,9 @@ pub struct Live {
     heap: crate::os::residency::HeapTrim,
     /// When each ancestor was last sent in `Batch::lineage` (ms of wall-clock time).
     lineage_sent: HashMap<u32, u64>,
+    /// The pids `lineage` has looked at this interval; kept, emptied, from one to the next
+    /// so that its table is not allocated every interval.
+    lineage_seen: HashSet<u32>,
 }
 
 impl Live {
@@ -83,6 +86,7 @@ impl Live {
             qos_timeouts: 0,
             cost: cost::CostMeter::start(),
             lineage_sent: HashMap::new(),
+            lineage_seen: HashSet::new(),
         })
     }
 
@@ -104,8 +108,11 @@ impl Live {
         procs: &[crate::batch::ProcInfo],
         t_ms: u64,
     ) -> Vec<crate::batch::ProcInfo> {
-        // Sized for the rows and as many ancestors up front, not rehashed as it grows.
-        let mut seen: HashSet<u32> = HashSet::with_capacity(2 * procs.len());
+        // Sized for the rows and as many ancestors up front, not rehashed as it grows; the
+        // last interval's table, emptied.
+        let mut seen = std::mem::take(&mut self.lineage_seen);
+        seen.clear();
+        seen.reserve(2 * procs.len());
         seen.extend(procs.iter().map(|p| p.pid));
         let mut out = Vec::new();
         for pid in self.procs.take_reparented() {
@@ -139,6 +146,7 @@ impl Live {
                 out.push(info);
             }
         }
+        self.lineage_seen = seen;
         out
     }
 
