@@ -127,6 +127,8 @@ pub struct CgOffsets {
     pub on: u32,
 }
 
+crate::counted_by!(CgSketch, CgSlot, CG_SLOTS, CG_STAGES, updates);
+
 #[cfg(test)]
 mod tests {
     use super::*;

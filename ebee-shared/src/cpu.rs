@@ -353,6 +353,9 @@ pub const fn bin_lane(bins: &[u64; 2], i: usize) -> u64 {
     (bins[(i / 4) & 1] >> (16 * (i % 4))) & 0xffff
 }
 
+// The thread sketch is the same type while THREAD_SLOTS is CPU_SLOTS (it then needs its own).
+crate::counted_by!(CpuSketch, CpuSlot, CPU_SLOTS, CPU_STAGES, updates);
+
 #[cfg(test)]
 mod tests {
     use super::*;

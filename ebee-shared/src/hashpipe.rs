@@ -28,6 +28,44 @@ pub trait Slot: Copy {
     }
 }
 
+/// A sketch whose stages (its first field) only its `add` writes, counting every insert in a
+/// field of its own. With the count at 0 every stage slot is still as it was cleared, so a
+/// reader skips the stages: on a quiet machine most sketches of most CPUs get no insert in an
+/// interval, and reading and clearing their kilobytes each interval was most of the memory the
+/// drain touched.
+pub trait Counted {
+    type Slot: Slot;
+    /// Bytes of the stages, at the start of the value.
+    const STAGE_BYTES: usize;
+    /// Inserts since the sketch was last cleared.
+    fn inserts(&self) -> u64;
+    /// Every slot of every stage in stage order, or none when nothing was inserted.
+    fn slots(&self) -> core::slice::Iter<'_, Self::Slot>;
+}
+
+/// `Counted` for a sketch type with `stages: [[$slot; $w]; $d]` as its first field and the
+/// insert count in `$count`.
+#[macro_export]
+macro_rules! counted_by {
+    ($sketch:ty, $slot:ty, $w:expr, $d:expr, $count:ident) => {
+        const _: () = assert!(core::mem::offset_of!($sketch, stages) == 0);
+        impl $crate::hashpipe::Counted for $sketch {
+            type Slot = $slot;
+            const STAGE_BYTES: usize = core::mem::size_of::<[[$slot; $w]; $d]>();
+            #[inline]
+            fn inserts(&self) -> u64 {
+                self.$count
+            }
+            #[inline]
+            fn slots(&self) -> core::slice::Iter<'_, $slot> {
+                let all = self.stages.as_flattened();
+                let n = if self.$count == 0 { 0 } else { all.len() };
+                all[..n].iter()
+            }
+        }
+    };
+}
+
 /// Odd multipliers for the per-stage multiplicative hashes (Knuth's golden ratio and
 /// other well-mixed odd constants). Stage `i` uses `SEEDS[i % SEEDS.len()]`.
 pub const SEEDS: [u32; 8] = [

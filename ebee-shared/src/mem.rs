@@ -224,6 +224,8 @@ pub const fn pages_to_bytes(pages: u64, page_size: u64) -> u64 {
     pages.saturating_mul(page_size)
 }
 
+crate::counted_by!(MemSketch, MemSlot, MEM_SLOTS, MEM_STAGES, updates);
+
 #[cfg(test)]
 mod tests {
     use super::*;

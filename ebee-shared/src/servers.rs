@@ -336,6 +336,9 @@ pub struct SrvOffsets {
     pub valid: u32,
 }
 
+crate::counted_by!(SrvSketch, SrvSlot, SRV_SLOTS, SRV_STAGES, requests);
+crate::counted_by!(NetSketch, NetSlot, NET_SLOTS, NET_STAGES, updates);
+
 #[cfg(test)]
 mod tests {
     use super::*;

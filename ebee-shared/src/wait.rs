@@ -573,6 +573,10 @@ pub struct WaitOffsets {
     pub offcpu_valid: u32,
 }
 
+crate::counted_by!(WaitSketch, WaitSlot, WAIT_SLOTS, WAIT_STAGES, updates);
+crate::counted_by!(IoSketch, IoSlot, IO_SLOTS, IO_STAGES, updates);
+crate::counted_by!(PairSketch, PairSlot, PAIR_SLOTS, PAIR_STAGES, updates);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuHashMap},
 };
+use ebee_shared::hashpipe::Counted as _;
 use ebee_shared::{
     cgroup::{CgOffsets, CgSketch},
     cpu::{BinCfg, CpuSlot, ThreadSketch},
@@ -189,7 +190,7 @@ impl CgDrain {
                 raw.evicted_ns += s.evicted_ns;
                 raw.updates += s.updates;
                 raw.shadow_full += s.shadow_full;
-                for slot in s.stages.iter().flatten().filter(|s| s.key != 0) {
+                for slot in s.slots().filter(|s| s.key != 0) {
                     let e = by.entry(slot.key).or_default();
                     e.0 += slot.cpu_ns;
                     e.1 += slot.wait_ns;
@@ -244,7 +245,7 @@ impl CgDrain {
                 for s in ts {
                     raw.thread_evictions += s.evictions;
                     raw.thread_evicted_ns += s.evicted_ns;
-                    for slot in s.stages.iter().flatten() {
+                    for slot in s.slots() {
                         m.add(slot, unit);
                     }
                 }

@@ -15,6 +15,7 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuHashMap, RingBuf},
 };
+use ebee_shared::hashpipe::Counted as _;
 use ebee_shared::{
     cpu::{
         BURST_BINS, BinCfg, CpuFlipArgs, CpuSketch, CpuSlot, CpuState, CpuTrace, TRACE_FLIP,
@@ -205,7 +206,7 @@ pub fn merge_sketches<'a>(
     let unit = 1u64 << bins.unit_shift;
     let mut m = Merge::default();
     for sk in sketches {
-        for slot in sk.stages.iter().flatten() {
+        for slot in sk.slots() {
             m.add(slot, unit);
         }
     }

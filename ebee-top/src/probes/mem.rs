@@ -9,6 +9,7 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuHashMap, RingBuf},
 };
+use ebee_shared::hashpipe::Counted as _;
 use ebee_shared::mem::{MemCpu, MemOffsets, MemShadow, MemSketch, MemSlot, MemTrace};
 use ebee_shared::{cpu::sketch_entry, ctl, map_names};
 // foldhash, not SipHash: the keys are ids the kernel chose (pids, tids, cgroup ids), not a
@@ -251,7 +252,7 @@ impl MemDrain {
             raw.unattributed += sk.unattributed;
             raw.shadow_full += sk.shadow_full;
         }
-        raw.readings = merge_slots(sketches.iter().flat_map(|s| s.stages.iter().flatten()));
+        raw.readings = merge_slots(sketches.iter().flat_map(|s| s.slots()));
         let kept = self.trace.is_some().then(|| sketches.to_vec());
         // SAFETY: as for `closed`; the borrow of the sketches has ended.
         unsafe { self.sketch.clear(parity) };

@@ -33,6 +33,7 @@ use std::sync::atomic::{Ordering, fence};
 
 use aya::maps::{Map, MapData, MapError};
 use ebee_shared::cpu::sketch_entry;
+use ebee_shared::hashpipe::Counted;
 
 /// `BPF_F_MMAPABLE` (include/uapi/linux/bpf.h).
 const BPF_F_MMAPABLE: u32 = 1 << 10;
@@ -176,15 +177,37 @@ impl<V: aya::Pod + Default> SketchArray<V> {
         unsafe { std::slice::from_raw_parts(self.run(parity), self.ncpus) }
     }
 
-    /// Zero every CPU's sketch of `parity` (the empty sketch), for the interval two flips on.
+    /// Zero every CPU's sketch of `parity` (the empty sketch), for the interval two flips on:
+    /// the whole of each sketch something was inserted into, the counters after the stages
+    /// of the others.
     ///
     /// # Safety
     /// As for [`Self::closed`]: no program writes a sketch of `parity` until the next flip
     /// back to it, which comes after this returns.
-    pub(super) unsafe fn clear(&mut self, parity: u32) {
-        // SAFETY: `ncpus` values inside the mapping, which no program writes now (the caller's
-        // contract) and to which no shared borrow is live (`&mut self`).
-        unsafe { std::ptr::write_bytes(self.run(parity), 0, self.ncpus) };
+    pub(super) unsafe fn clear(&mut self, parity: u32)
+    where
+        V: Counted,
+    {
+        let size = std::mem::size_of::<V>();
+        let run = self.run(parity);
+        for cpu in 0..self.ncpus {
+            // SAFETY: value `cpu` of the run of `ncpus` inside the mapping; any bytes are a
+            // valid `V` (Pod), and nothing writes it now (the caller's contract).
+            let v = unsafe { run.add(cpu) };
+            // SAFETY: as above: an initialised, aligned value that nothing writes meanwhile;
+            // the borrow ends with this statement.
+            let inserts = unsafe { &*v }.inserts();
+            // A sketch nothing was inserted into has its stages as they were cleared (only
+            // `add` writes them, and counts it): only the counters after them are zeroed.
+            let from = if inserts == 0 {
+                V::STAGE_BYTES.min(size)
+            } else {
+                0
+            };
+            // SAFETY: bytes `from..size` of that value, inside the mapping, to which no shared
+            // borrow is live (`&mut self`).
+            unsafe { std::ptr::write_bytes(v.cast::<u8>().add(from), 0, size - from) };
+        }
         // The zeros are in memory before the flip that hands the parity back to the kernel.
         fence(Ordering::SeqCst);
     }

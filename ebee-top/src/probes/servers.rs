@@ -11,6 +11,7 @@ use aya::{
     Ebpf,
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray},
 };
+use ebee_shared::hashpipe::Counted as _;
 use ebee_shared::map_names;
 use ebee_shared::servers::{
     HIST_BUCKETS, HIST_SLOTS, NetSketch, PORT_WORDS, SLOT_INDEX, SrvCpu, SrvHist, SrvOffsets,
@@ -84,7 +85,7 @@ pub struct ServersRaw {
 pub fn merge_servers<'a>(sketches: impl IntoIterator<Item = &'a SrvSketch>) -> Vec<SrvCharge> {
     let mut by: HashMap<u32, SrvCharge> = HashMap::new();
     for sk in sketches {
-        for s in sk.stages.iter().flatten().filter(|s| s.tgid != 0) {
+        for s in sk.slots().filter(|s| s.tgid != 0) {
             let e = by.entry(s.tgid).or_insert_with(|| SrvCharge {
                 tgid: s.tgid,
                 ..Default::default()
@@ -103,7 +104,7 @@ pub fn merge_servers<'a>(sketches: impl IntoIterator<Item = &'a SrvSketch>) -> V
 pub fn merge_net<'a>(sketches: impl IntoIterator<Item = &'a NetSketch>) -> Vec<NetCharge> {
     let mut by: HashMap<u32, (u64, u64)> = HashMap::new();
     for sk in sketches {
-        for s in sk.stages.iter().flatten().filter(|s| s.tgid != 0) {
+        for s in sk.slots().filter(|s| s.tgid != 0) {
             let e = by.entry(s.tgid).or_default();
             e.0 += s.rx_bytes;
             e.1 += s.tx_bytes;
@@ -471,6 +472,8 @@ mod tests {
             latency_ns: 1,
             max_ns: 1,
         };
+        // What `add` would have counted: the merge reads only sketches with inserts.
+        (a.requests, b.requests) = (10, 17);
         let rows = merge_servers([&a, &b]);
         assert_eq!(rows[0].tgid, 5);
         assert_eq!(
@@ -491,6 +494,7 @@ mod tests {
             rx_bytes: 100,
             tx_bytes: 0,
         };
+        n.updates = 2;
         assert_eq!(merge_net([&n])[0].tgid, 4, "heaviest first");
     }
 

@@ -9,6 +9,7 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuHashMap},
 };
+use ebee_shared::hashpipe::Counted as _;
 use ebee_shared::map_names;
 use ebee_shared::wait::{IoSketch, PairSketch, WaitOffsets, WaitSketch};
 
@@ -93,7 +94,7 @@ pub struct PairCharge {
 pub fn merge_pairs<'a>(sketches: impl IntoIterator<Item = &'a PairSketch>) -> Vec<PairCharge> {
     let mut by: HashMap<(u32, u32), u64> = HashMap::new();
     for sk in sketches {
-        for s in sk.stages.iter().flatten().filter(|s| s.victim != 0) {
+        for s in sk.slots().filter(|s| s.victim != 0) {
             *by.entry((s.victim, s.culprit)).or_default() += s.wait_ns;
         }
     }
@@ -152,7 +153,7 @@ pub struct WaitRaw {
 pub fn merge_wait<'a>(sketches: impl IntoIterator<Item = &'a WaitSketch>) -> Vec<WaitCharge> {
     let mut by: HashMap<u32, WaitCharge> = HashMap::new();
     for sk in sketches {
-        for s in sk.stages.iter().flatten().filter(|s| s.tgid != 0) {
+        for s in sk.slots().filter(|s| s.tgid != 0) {
             by.entry(s.tgid)
                 .or_insert(WaitCharge {
                     tgid: s.tgid,
@@ -174,7 +175,7 @@ fn wait_rows(by: HashMap<u32, WaitCharge>) -> Vec<WaitCharge> {
 pub fn merge_io<'a>(sketches: impl IntoIterator<Item = &'a IoSketch>) -> Vec<IoCharge> {
     let mut by: HashMap<u32, (u64, u64)> = HashMap::new();
     for sk in sketches {
-        for s in sk.stages.iter().flatten().filter(|s| s.tgid != 0) {
+        for s in sk.slots().filter(|s| s.tgid != 0) {
             let e = by.entry(s.tgid).or_default();
             e.0 += s.read_bytes;
             e.1 += s.write_bytes;
@@ -361,6 +362,8 @@ mod tests {
         a.stages[0][3] = slot(5, 100, 7, 1);
         a.stages[2][9] = slot(5, 50, 3, 0);
         b.stages[1][0] = slot(7, 120, 0, 9);
+        // What `add` would have counted: the merge reads only sketches with inserts.
+        (a.updates, b.updates) = (2, 1);
         let rows = merge_wait([&a, &b]);
         assert_eq!(
             rows,
@@ -394,7 +397,29 @@ mod tests {
             read_bytes: 4096,
             write_bytes: 0,
         };
+        io.updates = 2;
         let rows = merge_io([&io]);
         assert_eq!((rows[0].tgid, rows[1].tgid), (9, 8), "heaviest first");
+    }
+
+    #[test]
+    fn a_sketch_with_no_insert_counted_is_not_read() {
+        // Only `add` writes the stages, and counts it: with the count at 0 they are as they
+        // were cleared, and the merge (and the clear) leave them unread.
+        let mut a = WaitSketch::default();
+        a.stages[0][3] = WaitSlot {
+            tgid: 5,
+            wait_ns: 100,
+            ..Default::default()
+        };
+        assert!(merge_wait([&a]).is_empty());
+        let mut b = WaitSketch::default();
+        b.add(WaitSlot {
+            tgid: 5,
+            wait_ns: 100,
+            ..Default::default()
+        });
+        assert_eq!(b.updates, 1);
+        assert_eq!(merge_wait([&b])[0].wait_ns, 100);
     }
 }
