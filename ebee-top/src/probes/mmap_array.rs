@@ -1,6 +1,7 @@
 //! A per-(CPU, parity) sketch array (`BPF_F_MMAPABLE`, `2 * ncpus` entries laid out by
 //! `ebee_shared::cpu::sketch_entry`), mapped into our address space once at load: a closed
-//! interval is read where the kernel wrote it and zeroed with a memset, with no bpf(2) call.
+//! interval is read where the kernel wrote it and zeroed with a memset, with no bpf(2) call
+//! (a sketch with no insert counted only has its counters zeroed: see [`Counted`]).
 //! A per-CPU array had to be copied out with BPF_MAP_LOOKUP_ELEM and cleared with
 //! BPF_MAP_UPDATE_ELEM, every CPU's copy of every sketch every interval: measured, the larger
 //! part of batch mode's own CPU time went to those copies and their system calls. The
