@@ -238,7 +238,6 @@ impl CgDrain {
             self.threads_dirty -= 1;
             // SAFETY: as above.
             let ts = unsafe { self.maps.threads.closed(p) };
-            let written = ts.iter().any(|s| s.updates != 0);
             if report {
                 let unit = 1u64 << bins.unit_shift;
                 let mut m = Merge::default();
@@ -254,10 +253,9 @@ impl CgDrain {
                 }
                 raw.threads = Some(m.into_rows());
             }
-            if written {
-                // SAFETY: as above.
-                unsafe { self.maps.threads.clear(p) };
-            }
+            // SAFETY: as above. (A CPU's sketch the mode did not write is left as it is but
+            // for its counters: see `SketchArray::clear`.)
+            unsafe { self.maps.threads.clear(p) };
         }
         if let Some(sh) = self.maps.thread_shadow.as_mut() {
             let map = &mut sh[p as usize];
