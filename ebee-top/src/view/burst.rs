@@ -102,8 +102,13 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         ));
         lines.push(Line::from(spans));
     }
-    if !draw_plain(&lines, inner, f.buffer_mut()) {
-        f.render_widget(Paragraph::new(lines), inner);
+    paragraph(lines, inner, f);
+}
+
+/// `f.render_widget(Paragraph::new(lines), area)`, cell by cell when [`draw_plain`] can.
+pub(super) fn paragraph(lines: Vec<Line>, area: Rect, f: &mut Frame) {
+    if !draw_plain(&lines, area, f.buffer_mut()) {
+        f.render_widget(Paragraph::new(lines), area);
     }
 }
 
@@ -127,19 +132,15 @@ fn draw_plain(lines: &[Line], area: Rect, buf: &mut Buffer) -> bool {
     if !lines.iter().all(plain_line) {
         return false;
     }
+    let area = area.intersection(buf.area);
     for (line, y) in lines.iter().zip(area.top()..area.bottom()) {
         let mut x = area.left();
-        'line: for span in &line.spans {
-            let style = Style::default().patch(line.style).patch(span.style);
-            for c in span.content.chars() {
-                if x >= area.right() {
-                    break 'line;
-                }
-                buf[(x, y)]
-                    .set_symbol(c.encode_utf8(&mut [0; 4]))
-                    .set_style(style);
-                x += 1;
+        for span in &line.spans {
+            if x >= area.right() {
+                break;
             }
+            let style = Style::default().patch(line.style).patch(span.style);
+            x += super::plain_table::put_plain(buf, x, y, area.right() - x, &span.content, style);
         }
     }
     true

@@ -1,6 +1,6 @@
 //! The status line: the filter being typed, a notice, or the main keys.
 
-use ratatui::{Frame, layout::Rect, text::Line, widgets::Paragraph};
+use ratatui::{Frame, layout::Rect, text::Line};
 
 use crate::app::{App, MainView};
 use crate::view::theme::Theme;
@@ -29,5 +29,5 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             "h help  q quit  S servers  C cgroups  H threads  j/k move  p pin  / filter  P/M/W/I/N sort  space pause  +/- interval  Enter details",
         )
     };
-    f.render_widget(Paragraph::new(line), area);
+    super::burst::paragraph(vec![line], area, f);
 }

@@ -6,7 +6,6 @@ use ratatui::{
     Frame,
     layout::Rect,
     text::{Line, Span},
-    widgets::Paragraph,
 };
 
 use crate::app::App;
@@ -103,7 +102,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, hl: HeaderLayout)
     }
     let Some(b) = m.latest() else {
         lines.push(Line::from("waiting for the first interval..."));
-        f.render_widget(Paragraph::new(lines), area);
+        super::burst::paragraph(lines, area, f);
         return;
     };
     let mut second = Vec::new();
@@ -162,5 +161,5 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, hl: HeaderLayout)
             Line::from(text)
         });
     }
-    f.render_widget(Paragraph::new(lines), area);
+    super::burst::paragraph(lines, area, f);
 }

@@ -89,7 +89,9 @@ impl PlainTable<'_> {
                 rows_area.width,
                 1,
             );
-            buf.set_style(row, *style);
+            if *style != Style::default() {
+                buf.set_style(row, *style);
+            }
             if selected == Some(i) {
                 put(
                     ">".into(),
@@ -120,6 +122,33 @@ fn row_bounds(len: usize, selected: usize, height: u16) -> (usize, usize) {
     (end.saturating_sub(height), end)
 }
 
+/// `text`'s characters, each [`plain`], into the cells from (`x`, `y`) rightwards, at most
+/// `width` of them (all inside `buf`), each styled with `style` over its own style: what
+/// drawing the text a cell at a time through `buf[(x, y)]` does, with the row found once.
+/// The number of cells written.
+pub(super) fn put_plain(
+    buf: &mut Buffer,
+    x: u16,
+    y: u16,
+    width: u16,
+    text: &str,
+    style: Style,
+) -> u16 {
+    let start = buf.index_of(x, y);
+    let row = &mut buf.content[start..start + usize::from(width)];
+    // Styling with the default style changes nothing.
+    let styled = style != Style::default();
+    let mut n = 0;
+    for (cell, c) in row.iter_mut().zip(text.chars()) {
+        cell.set_char(c);
+        if styled {
+            cell.set_style(style);
+        }
+        n += 1;
+    }
+    n
+}
+
 /// A cell's text into `area` as `Cell::render` draws it.
 fn put(cell: TableCell, area: Rect, buf: &mut Buffer) {
     let area = area.intersection(buf.area);
@@ -127,11 +156,7 @@ fn put(cell: TableCell, area: Rect, buf: &mut Buffer) {
         return;
     }
     if cell.text.chars().all(plain) {
-        for (x, c) in (area.left()..area.right()).zip(cell.text.chars()) {
-            buf[(x, area.y)]
-                .set_symbol(c.encode_utf8(&mut [0; 4]))
-                .set_style(cell.style);
-        }
+        put_plain(buf, area.x, area.y, area.width, cell.text, cell.style);
     } else if cell.style == Style::default() {
         Text::from(cell.text).render(area, buf);
     } else {

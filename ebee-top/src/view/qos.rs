@@ -6,7 +6,6 @@ use ratatui::{
     Frame,
     layout::Rect,
     text::{Line, Span},
-    widgets::Paragraph,
 };
 
 use crate::app::{App, Focus};
@@ -100,7 +99,7 @@ pub fn render(app: &App, t: &Theme, pid: u32, f: &mut Frame, area: Rect) {
             .map(|s| format!("{} {:.0}%", s.name, s.share * 100.0))
             .collect();
         lines.push(Line::from(format!("top: {}", top.join("  "))));
-        f.render_widget(Paragraph::new(lines), inner);
+        super::burst::paragraph(lines, inner, f);
         return;
     }
     lines.push(Line::from(stats_line("last", &v.interval)));
@@ -207,5 +206,5 @@ pub fn render(app: &App, t: &Theme, pid: u32, f: &mut Frame, area: Rect) {
             opt_us(s.p99_us)
         )));
     }
-    f.render_widget(Paragraph::new(lines), inner);
+    super::burst::paragraph(lines, inner, f);
 }

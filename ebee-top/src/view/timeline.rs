@@ -6,7 +6,6 @@ use ratatui::{
     layout::Rect,
     style::{Modifier, Style},
     text::{Line, Span},
-    widgets::Paragraph,
 };
 
 use crate::app::App;
@@ -38,14 +37,14 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 }
             }
         }
-        f.render_widget(Paragraph::new(l), area);
+        super::burst::paragraph(l, area, f);
     } else if let Some(s) = &app.recording {
         let style = if s.stopped.is_some() {
             Style::default().add_modifier(Modifier::BOLD)
         } else {
             Style::default()
         };
-        f.render_widget(Paragraph::new(Line::styled(s.line(), style)), area);
+        super::burst::paragraph(vec![Line::styled(s.line(), style)], area, f);
     }
 }
 

@@ -441,6 +441,35 @@ fn changed_cells_are_ratatuis_diff() {
     }
 }
 
+/// `same_cell` is `==` for cells that differ in each field alone, and in none.
+#[test]
+fn same_cell_is_cell_equality() {
+    use ratatui::buffer::Cell;
+    use ratatui::style::{Color, Modifier};
+    let mut cells = Vec::new();
+    for symbol in [" ", "a", "b", "ab", "日", "▇", "", "a\u{301}"] {
+        let mut c = Cell::new(" ");
+        c.set_symbol(symbol);
+        cells.push(c.clone());
+        for color in [Color::Red, Color::Indexed(1), Color::Rgb(1, 2, 3)] {
+            cells.push(c.clone().set_fg(color).clone());
+            cells.push(c.clone().set_bg(color).clone());
+            let mut u = c.clone();
+            u.underline_color = color;
+            cells.push(u);
+        }
+        let mut m = c.clone();
+        m.modifier = Modifier::BOLD;
+        cells.push(m);
+        cells.push(c.clone().set_skip(true).clone());
+    }
+    for a in &cells {
+        for b in &cells {
+            assert_eq!(super::same_cell(a, b), a == b, "{a:?} {b:?}");
+        }
+    }
+}
+
 #[test]
 fn characters_taken_as_narrow_are_no_wider_than_one_column() {
     let ranges = [0..0x1100u32, 0x2500..0x25a0, 0x2800..0x2900];
