@@ -116,7 +116,7 @@ impl Probes {
 
         // The listening ports are marked before the socket programs see any traffic.
         let servers = match srv_maps {
-            Some(m) => Some(servers::ServerDrain::new(m, ncpus)?),
+            Some(m) => Some(servers::ServerDrain::new(m)?),
             None => None,
         };
         attach_core(&mut ebpf, &aya_btf)?;

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use aya::{
     Ebpf,
-    maps::{Array, Map, MapData, PerCpuValues},
+    maps::{Array, Map, MapData},
 };
 use ebee_shared::{cpu::BinCfg, ctl::Ctl, drops};
 use thiserror::Error;
@@ -442,11 +442,6 @@ pub(crate) fn page_size() -> u32 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 { p as u32 } else { 4096 }
-}
-
-/// Zeroed per-CPU values for clearing a per-CPU array slot.
-fn zeroed<T: aya::Pod + Default + Clone>(ncpus: usize) -> Result<PerCpuValues<T>, std::io::Error> {
-    PerCpuValues::try_from(vec![T::default(); ncpus])
 }
 
 /// Move every record of an update-trace ring (tests and benchmarks only) into `pending` and

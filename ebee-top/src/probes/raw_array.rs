@@ -74,16 +74,17 @@ impl<V> RawArray<V> {
     }
 }
 
-/// The one element of a per-CPU array (every CPU's copy of it), read into a buffer kept from
-/// one read to the next. aya's `PerCpuArray::get` allocates and frees two buffers a read, and
-/// the drain reads such values (`CPU_STATE`, `MEM_CPU`, `SRV_CPU`, `DROPS`) every interval.
+/// A per-CPU array's elements (every CPU's copy of one), read into a buffer kept from one
+/// read to the next. aya's `PerCpuArray::get` allocates and frees two buffers a read, and
+/// the drain reads such values (`CPU_STATE`, `MEM_CPU`, `SRV_CPU`, `DROPS`; `SRV_HIST` for
+/// each server's histogram slot) every interval.
 pub(super) struct PerCpuValue<V> {
     raw: RawArray<V>,
     buf: Vec<V>,
 }
 
 impl<V: aya::Pod + Default + Clone> PerCpuValue<V> {
-    /// Take `map` (a per-CPU array of `V`, read at element 0) for `ncpus` possible CPUs.
+    /// Take `map` (a per-CPU array of `V`) for `ncpus` possible CPUs.
     pub(super) fn new(map: Map, name: &str, ncpus: usize) -> Result<Self, MapError> {
         if !matches!(map, Map::PerCpuArray(_)) {
             return Err(MapError::InvalidName {
@@ -95,10 +96,21 @@ impl<V: aya::Pod + Default + Clone> PerCpuValue<V> {
         Ok(Self { raw, buf })
     }
 
-    /// Every possible CPU's copy, in CPU order, as the kernel holds them now.
+    /// Every possible CPU's copy of element 0, in CPU order, as the kernel holds them now.
     pub(super) fn read(&mut self) -> io::Result<&[V]> {
-        self.raw.read(0, &mut self.buf)?;
+        self.read_at(0)
+    }
+
+    /// Every possible CPU's copy of element `key`, in CPU order.
+    pub(super) fn read_at(&mut self, key: u32) -> io::Result<&[V]> {
+        self.raw.read(key, &mut self.buf)?;
         Ok(&self.buf)
+    }
+
+    /// Set every CPU's copy of element `key` to `V::default()`.
+    pub(super) fn clear_at(&mut self, key: u32) -> io::Result<()> {
+        self.buf.fill(V::default());
+        self.raw.write(key, &self.buf)
     }
 
     /// Write every CPU's copy; `vals` holds one per possible CPU.

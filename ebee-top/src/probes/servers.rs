@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf,
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray},
+    maps::{Array, HashMap as BpfHashMap, MapData},
 };
 use ebee_shared::hashpipe::Counted as _;
 use ebee_shared::map_names;
@@ -231,7 +231,7 @@ impl HistSlots {
 pub(super) struct ServerMaps {
     srv: SketchArray<SrvSketch>,
     net: SketchArray<NetSketch>,
-    hist: PerCpuArray<MapData, SrvHist>,
+    hist: PerCpuValue<SrvHist>,
     slot_of: Array<MapData, u64>,
     conn_count: BpfHashMap<MapData, u32, i64>,
     ports: Array<MapData, u64>,
@@ -243,7 +243,9 @@ impl ServerMaps {
         Ok(Self {
             srv: take_sketch(ebpf, map_names::SRV_SKETCH, ncpus)?,
             net: take_sketch(ebpf, map_names::NET_SKETCH, ncpus)?,
-            hist: take_map(ebpf, map_names::SRV_HIST, PerCpuArray::try_from)?,
+            hist: take_map(ebpf, map_names::SRV_HIST, |m| {
+                PerCpuValue::new(m, map_names::SRV_HIST, ncpus)
+            })?,
             slot_of: take_map(ebpf, map_names::SRV_SLOT_OF, Array::try_from)?,
             conn_count: take_map(ebpf, map_names::SRV_CONN_COUNT, BpfHashMap::try_from)?,
             ports: take_map(ebpf, map_names::SRV_PORTS, Array::try_from)?,
@@ -261,7 +263,6 @@ const CONNS_TTL: Duration = Duration::from_secs(1);
 /// Userspace state of the pipeline between drains.
 pub(super) struct ServerDrain {
     maps: ServerMaps,
-    ncpus: usize,
     slots: HistSlots,
     /// Open connections per server as last read, and when.
     conns: HashMap<u32, u64>,
@@ -269,10 +270,9 @@ pub(super) struct ServerDrain {
 }
 
 impl ServerDrain {
-    pub(super) fn new(maps: ServerMaps, ncpus: usize) -> Result<Self, ProbeError> {
+    pub(super) fn new(maps: ServerMaps) -> Result<Self, ProbeError> {
         let mut d = Self {
             maps,
-            ncpus,
             slots: HistSlots::default(),
             conns: HashMap::new(),
             conns_read: None,
@@ -375,10 +375,10 @@ impl ServerDrain {
             .collect();
         for slot in used {
             let idx = p * HIST_SLOTS as u32 + slot as u32;
-            let per_cpu = m.hist.get(&idx, 0).map_err(classify("reading SRV_HIST"))?;
+            let per_cpu = m.hist.read_at(idx).map_err(classify("reading SRV_HIST"))?;
             let mut sum = vec![0u32; HIST_BUCKETS];
             let mut any = false;
-            for h in per_cpu.iter() {
+            for h in per_cpu {
                 if h.count == 0 {
                     continue;
                 }
@@ -388,9 +388,8 @@ impl ServerDrain {
                 }
             }
             if any {
-                let zero = super::zeroed(self.ncpus).map_err(classify("zeroing SRV_HIST"))?;
                 m.hist
-                    .set(idx, zero, 0)
+                    .clear_at(idx)
                     .map_err(classify("clearing SRV_HIST"))?;
             }
             match self.slots.owner_for_read(slot) {

@@ -47,9 +47,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
         per_row * rows * CELL_NS / 1_000_000_000,
         per_col * CELL_NS / 1_000_000
     );
-    let block = t.pane(title);
-    let inner = block.inner(area);
-    f.render_widget(block, area);
+    let inner = t.render_pane(&title, area, f);
     let now = app.shown().table.now_cell();
     let total = (per_row * rows) as usize;
     let mut lines: Vec<Line> = e.burst.with_dense(now, total, |cells| {

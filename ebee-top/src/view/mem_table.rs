@@ -36,9 +36,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
     } else {
         " MEMORY by RES "
     };
-    let block = t.pane(title);
-    let inner = block.inner(area);
-    f.render_widget(block, area);
+    let inner = t.render_pane(title, area, f);
     if !m.mem.available {
         f.render_widget(
             ratatui::widgets::Paragraph::new("memory pipeline not loaded"),

@@ -64,9 +64,7 @@ pub fn render(app: &App, t: &Theme, pid: u32, f: &mut Frame, area: Rect) {
         ""
     };
     let title = format!(" QoS {pid} {} [{state}] {kind}{focus} ", v.comm);
-    let block = t.pane(title);
-    let inner = block.inner(area);
-    f.render_widget(block, area);
+    let inner = t.render_pane(&title, area, f);
     let w = inner.width as usize;
     let mut lines: Vec<Line> = Vec::new();
     lines.push(Line::styled(STATS_HEAD, c.title()));

@@ -3,6 +3,7 @@
 //! chosen once at start (by the front-end, from flags and environment) and knows nothing of
 //! the App.
 
+use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 
 /// How the screen is drawn.
@@ -22,6 +23,62 @@ impl Theme {
             .border_set(border_set(self.ascii))
             .border_style(c.border())
             .title(ratatui::text::Line::styled(title.into(), c.title()))
+    }
+
+    /// Draw [`Theme::pane`] into `area` as the Block draws itself, and give the area inside
+    /// its borders. With a title of [`plain`](super::burst::plain) characters (every pane's, but
+    /// for a command line's) the borders and the title are written cell by cell: the Block
+    /// styles every cell of its area, then sends the title through grapheme segmentation.
+    pub fn render_pane(&self, title: &str, area: Rect, f: &mut ratatui::Frame) -> Rect {
+        let block = self.pane(title);
+        let inner = block.inner(area);
+        if !title.chars().all(super::burst::plain) {
+            f.render_widget(block, area);
+            return inner;
+        }
+        let buf = f.buffer_mut();
+        let area = area.intersection(buf.area);
+        if area.is_empty() {
+            return inner;
+        }
+        let (set, style) = (border_set(self.ascii), self.colors.border());
+        let (left, right) = (area.left(), area.right() - 1);
+        let (top, bottom) = (area.top(), area.bottom() - 1);
+        // The Block's order: sides, then corners over them.
+        for y in top..=bottom {
+            buf[(left, y)]
+                .set_symbol(set.vertical_left)
+                .set_style(style);
+        }
+        for x in left..=right {
+            buf[(x, top)]
+                .set_symbol(set.horizontal_top)
+                .set_style(style);
+        }
+        for y in top..=bottom {
+            buf[(right, y)]
+                .set_symbol(set.vertical_right)
+                .set_style(style);
+        }
+        for x in left..=right {
+            buf[(x, bottom)]
+                .set_symbol(set.horizontal_bottom)
+                .set_style(style);
+        }
+        for (x, y, corner) in [
+            (right, bottom, set.bottom_right),
+            (right, top, set.top_right),
+            (left, bottom, set.bottom_left),
+            (left, top, set.top_left),
+        ] {
+            buf[(x, y)].set_symbol(corner).set_style(style);
+        }
+        // The title, on the top border between the corners, in the title style.
+        let room = area.width.saturating_sub(2);
+        if room > 0 {
+            super::plain_table::put_plain(buf, left + 1, top, room, title, self.colors.title());
+        }
+        inner
     }
 }
 
@@ -202,6 +259,44 @@ pub fn border_set(ascii: bool) -> ratatui::symbols::border::Set {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pane drawn by `render_pane` is the Block `pane` gives, drawn over what was there, at
+    /// every size, with titles that fit, that do not, and that are not plain.
+    #[test]
+    fn a_pane_is_drawn_as_its_block() {
+        use ratatui::widgets::Widget;
+        use ratatui::{Terminal, backend::TestBackend, buffer::Buffer};
+        let titles = [
+            " MEMORY by RES ",
+            "",
+            " burst history 12 cc1 ",
+            " \u{65e5}\u{672c} wide ",
+        ];
+        for ascii in [false, true] {
+            for colors in [Colors::None, Colors::Ansi16, Colors::TrueColor] {
+                let t = Theme { colors, ascii };
+                for title in titles {
+                    for (w, h) in [(30, 6), (12, 3), (2, 2), (1, 4), (5, 1), (0, 3), (3, 0)] {
+                        let area = Rect::new(1, 1, w, h);
+                        let mut under = Buffer::empty(Rect::new(0, 0, 34, 9));
+                        under.set_string(0, 1, "x".repeat(34), Style::default().fg(Color::Red));
+                        let mut want = under.clone();
+                        t.pane(title).render(area, &mut want);
+                        let mut term = Terminal::new(TestBackend::new(34, 9)).unwrap();
+                        let mut inner = Rect::default();
+                        let frame = term
+                            .draw(|f| {
+                                *f.buffer_mut() = under.clone();
+                                inner = t.render_pane(title, area, f);
+                            })
+                            .unwrap();
+                        assert_eq!(*frame.buffer, want, "{title:?} {w}x{h}");
+                        assert_eq!(inner, t.pane(title).inner(area));
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn no_color_wins_then_colorterm_then_term() {
