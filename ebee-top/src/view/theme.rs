@@ -45,34 +45,25 @@ impl Theme {
         let (left, right) = (area.left(), area.right() - 1);
         let (top, bottom) = (area.top(), area.bottom() - 1);
         // The Block's order: sides, then corners over them.
+        let mut put = |x: u16, y: u16, symbol: &str| {
+            buf[(x, y)].set_symbol(symbol).set_style(style);
+        };
         for y in top..=bottom {
-            buf[(left, y)]
-                .set_symbol(set.vertical_left)
-                .set_style(style);
+            put(left, y, set.vertical_left);
         }
         for x in left..=right {
-            buf[(x, top)]
-                .set_symbol(set.horizontal_top)
-                .set_style(style);
+            put(x, top, set.horizontal_top);
         }
         for y in top..=bottom {
-            buf[(right, y)]
-                .set_symbol(set.vertical_right)
-                .set_style(style);
+            put(right, y, set.vertical_right);
         }
         for x in left..=right {
-            buf[(x, bottom)]
-                .set_symbol(set.horizontal_bottom)
-                .set_style(style);
+            put(x, bottom, set.horizontal_bottom);
         }
-        for (x, y, corner) in [
-            (right, bottom, set.bottom_right),
-            (right, top, set.top_right),
-            (left, bottom, set.bottom_left),
-            (left, top, set.top_left),
-        ] {
-            buf[(x, y)].set_symbol(corner).set_style(style);
-        }
+        put(right, bottom, set.bottom_right);
+        put(right, top, set.top_right);
+        put(left, bottom, set.bottom_left);
+        put(left, top, set.top_left);
         // The title, on the top border between the corners, in the title style.
         let room = area.width.saturating_sub(2);
         if room > 0 {
