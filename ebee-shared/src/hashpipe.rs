@@ -49,6 +49,9 @@ pub trait Counted {
 macro_rules! counted_by {
     ($sketch:ty, $slot:ty, $w:expr, $d:expr, $count:ident) => {
         const _: () = assert!(core::mem::offset_of!($sketch, stages) == 0);
+        // `$slot`, `$w` and `$d` are the stages' own type (STAGE_BYTES is what clearing
+        // leaves alone): a different one does not compile.
+        const _: fn(&$sketch) -> &[[$slot; $w]; $d] = |s| &s.stages;
         impl $crate::hashpipe::Counted for $sketch {
             type Slot = $slot;
             const STAGE_BYTES: usize = core::mem::size_of::<[[$slot; $w]; $d]>();

@@ -29,5 +29,5 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
             "h help  q quit  S servers  C cgroups  H threads  j/k move  p pin  / filter  P/M/W/I/N sort  space pause  +/- interval  Enter details",
         )
     };
-    super::burst::paragraph(vec![line], area, f);
+    super::plain_table::paragraph(vec![line], area, f);
 }

@@ -102,7 +102,7 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, hl: HeaderLayout)
     }
     let Some(b) = m.latest() else {
         lines.push(Line::from("waiting for the first interval..."));
-        super::burst::paragraph(lines, area, f);
+        super::plain_table::paragraph(lines, area, f);
         return;
     };
     let mut second = Vec::new();
@@ -161,5 +161,5 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect, hl: HeaderLayout)
             Line::from(text)
         });
     }
-    super::burst::paragraph(lines, area, f);
+    super::plain_table::paragraph(lines, area, f);
 }

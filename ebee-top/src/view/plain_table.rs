@@ -1,19 +1,19 @@
-//! Tables drawn cell by cell. ratatui's `Table` sends every character of every cell through
-//! grapheme segmentation, a width lookup and a styled-grapheme iterator, and was about half
-//! of what drawing the screen cost at 50 ms. [`PlainTable`] draws exactly what that `Table`
-//! draws (the test below compares them), writing a cell's text a character per cell when
-//! every character is [`plain`](super::burst::plain), and through ratatui's own `Text`
-//! otherwise (a command line with wide or combining characters).
+//! Tables and lines drawn cell by cell. ratatui's `Table` and `Paragraph` send every character
+//! through grapheme segmentation, a width lookup and a styled-grapheme iterator; the `Table`
+//! was about half of what drawing the screen cost at 50 ms. [`PlainTable`] draws exactly what
+//! that `Table` draws, and [`paragraph`] what that `Paragraph` draws (the tests below compare
+//! them), writing text a character per cell ([`put_plain`]) when every character is
+//! [`plain`], and through ratatui's own `Text` or `Paragraph` otherwise (a command line with
+//! wide or combining characters).
 
 use ratatui::{
+    Frame,
     buffer::Buffer,
     layout::{Constraint, Flex, Layout, Rect},
     style::Style,
     text::{Line, Span, Text},
-    widgets::Widget,
+    widgets::{Paragraph, Widget},
 };
-
-use super::burst::plain;
 
 /// One cell: its text and the style of its span (`Style::default()` for a plain `&str` cell).
 #[derive(Clone, Copy, Debug)]
@@ -164,6 +164,47 @@ fn put(cell: TableCell, area: Rect, buf: &mut Buffer) {
     }
 }
 
+/// `f.render_widget(Paragraph::new(lines), area)`, cell by cell when [`draw_plain`] can.
+pub(super) fn paragraph(lines: Vec<Line>, area: Rect, f: &mut Frame) {
+    if !draw_plain(&lines, area, f.buffer_mut()) {
+        f.render_widget(Paragraph::new(lines), area);
+    }
+}
+
+/// One column wide and a grapheme of its own: printable ASCII, the middle dot, box drawing and
+/// block elements (every character the sparklines, bars and borders are made of).
+pub(super) fn plain(c: char) -> bool {
+    (' '..='~').contains(&c) || c == '\u{b7}' || ('\u{2500}'..='\u{259f}').contains(&c)
+}
+
+/// Draw `lines` into `area` as `Paragraph::new(lines)` does (no wrap, no scroll, no style),
+/// a cell per character, when every character is [`plain`] and no line has a style or an
+/// alignment of its own; false, drawing nothing, otherwise. A Paragraph sends each character
+/// through grapheme segmentation, width lookups and a vector of styled graphemes: for the
+/// burst pane's 1,500 cells, most of what drawing the pane cost.
+fn draw_plain(lines: &[Line], area: Rect, buf: &mut Buffer) -> bool {
+    let plain_line = |l: &Line| {
+        l.style == Style::default()
+            && l.alignment.is_none()
+            && l.spans.iter().all(|s| s.content.chars().all(plain))
+    };
+    if !lines.iter().all(plain_line) {
+        return false;
+    }
+    let area = area.intersection(buf.area);
+    for (line, y) in lines.iter().zip(area.top()..area.bottom()) {
+        let mut x = area.left();
+        for span in &line.spans {
+            if x >= area.right() {
+                break;
+            }
+            let style = Style::default().patch(line.style).patch(span.style);
+            x += put_plain(buf, x, y, area.right() - x, &span.content, style);
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use ratatui::{
@@ -171,10 +212,10 @@ mod tests {
         layout::{Constraint, Flex, Rect},
         style::{Color, Modifier, Style},
         text::{Line, Span},
-        widgets::{Cell, Row, StatefulWidget, Table, TableState},
+        widgets::{Cell, Paragraph, Row, StatefulWidget, Table, TableState},
     };
 
-    use super::{PlainTable, TableCell};
+    use super::{PlainTable, TableCell, draw_plain, plain};
 
     fn ratatui_table(t: &PlainTable, area: Rect, buf: &mut Buffer) {
         fn cell<'a>(c: &TableCell<'a>) -> Cell<'a> {
@@ -289,5 +330,59 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Each plain character is one column wide alone, as ratatui measures it.
+    #[test]
+    fn plain_characters_are_one_column() {
+        for c in ('\0'..='\u{3000}').filter(|&c| plain(c)) {
+            assert_eq!(Span::raw(c.to_string()).width(), 1, "{c:?}");
+        }
+    }
+
+    /// Plain lines are drawn cell for cell as a Paragraph draws them: cut at the area's right
+    /// edge and bottom, over what was there, spans styled over the cells' own styles.
+    #[test]
+    fn plain_lines_are_drawn_as_a_paragraph_draws_them() {
+        let burst = Style::default().fg(Color::Green);
+        let bold = Style::default()
+            .add_modifier(Modifier::BOLD)
+            .bg(Color::Blue);
+        let lines = vec![
+            Line::from(vec![
+                Span::raw(" -60s "),
+                Span::styled("\u{2581}\u{2588} \u{2583}\u{2587}\u{2581}", burst),
+            ]),
+            Line::from(vec![
+                Span::raw(" wait "),
+                Span::styled("#@ .~", bold),
+                Span::raw(""),
+                Span::styled("\u{2593}\u{2592}\u{2591}\u{b7}+", burst),
+            ]),
+            Line::from(""),
+            Line::from(vec![Span::raw("   1s "), Span::styled("|-+", bold)]),
+        ];
+        for (w, h) in [(20, 6), (14, 4), (9, 2), (1, 1), (0, 3), (12, 0)] {
+            let area = Rect::new(1, 1, w, h);
+            let mut under = Buffer::empty(Rect::new(0, 0, 22, 8));
+            under.set_string(0, 2, "x".repeat(22), Style::default().fg(Color::Red));
+            let mut want = under.clone();
+            ratatui::widgets::Widget::render(Paragraph::new(lines.clone()), area, &mut want);
+            let mut got = under;
+            assert!(draw_plain(&lines, area, &mut got));
+            assert_eq!(got, want, "{w}x{h}");
+        }
+        // Anything else is left to the Paragraph.
+        let area = Rect::new(0, 0, 10, 2);
+        let mut buf = Buffer::empty(area);
+        for other in [
+            vec![Line::from("\u{65e5}\u{672c}")],
+            vec![Line::from("e\u{301}")],
+            vec![Line::from("ab").centered()],
+            vec![Line::from("ab").style(burst)],
+        ] {
+            assert!(!draw_plain(&other, area, &mut buf));
+        }
+        assert_eq!(buf, Buffer::empty(area));
     }
 }

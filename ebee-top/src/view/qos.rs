@@ -97,7 +97,7 @@ pub fn render(app: &App, t: &Theme, pid: u32, f: &mut Frame, area: Rect) {
             .map(|s| format!("{} {:.0}%", s.name, s.share * 100.0))
             .collect();
         lines.push(Line::from(format!("top: {}", top.join("  "))));
-        super::burst::paragraph(lines, inner, f);
+        super::plain_table::paragraph(lines, inner, f);
         return;
     }
     lines.push(Line::from(stats_line("last", &v.interval)));
@@ -204,5 +204,5 @@ pub fn render(app: &App, t: &Theme, pid: u32, f: &mut Frame, area: Rect) {
             opt_us(s.p99_us)
         )));
     }
-    super::burst::paragraph(lines, inner, f);
+    super::plain_table::paragraph(lines, inner, f);
 }

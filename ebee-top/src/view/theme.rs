@@ -26,16 +26,18 @@ impl Theme {
     }
 
     /// Draw [`Theme::pane`] into `area` as the Block draws itself, and give the area inside
-    /// its borders. With a title of [`plain`](super::burst::plain) characters (every pane's, but
+    /// its borders. With a title of [`plain`](super::plain_table::plain) characters (every pane's, but
     /// for a command line's) the borders and the title are written cell by cell: the Block
     /// styles every cell of its area, then sends the title through grapheme segmentation.
     pub fn render_pane(&self, title: &str, area: Rect, f: &mut ratatui::Frame) -> Rect {
-        let block = self.pane(title);
-        let inner = block.inner(area);
-        if !title.chars().all(super::burst::plain) {
+        if !title.chars().all(super::plain_table::plain) {
+            let block = self.pane(title);
+            let inner = block.inner(area);
             f.render_widget(block, area);
             return inner;
         }
+        // A title on the top border takes no room of its own: the inner area is the borders'.
+        let inner = ratatui::widgets::Block::bordered().inner(area);
         let buf = f.buffer_mut();
         let area = area.intersection(buf.area);
         if area.is_empty() {

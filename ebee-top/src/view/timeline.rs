@@ -37,14 +37,14 @@ pub fn render(app: &App, t: &Theme, f: &mut Frame, area: Rect) {
                 }
             }
         }
-        super::burst::paragraph(l, area, f);
+        super::plain_table::paragraph(l, area, f);
     } else if let Some(s) = &app.recording {
         let style = if s.stopped.is_some() {
             Style::default().add_modifier(Modifier::BOLD)
         } else {
             Style::default()
         };
-        super::burst::paragraph(vec![Line::styled(s.line(), style)], area, f);
+        super::plain_table::paragraph(vec![Line::styled(s.line(), style)], area, f);
     }
 }
 
